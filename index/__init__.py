@@ -1,0 +1,1 @@
+"""The key-prefixed column-stats index (issue #4)."""

@@ -1,0 +1,5 @@
+import sys
+
+from lakecluster.cli import main
+
+sys.exit(main())

@@ -1,0 +1,106 @@
+"""``lakecluster``: the single command-line entry point, with one subcommand per service."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from lakecluster.config import Config, describe, load_config, parse_overrides
+from lakecluster.errors import ConfigError, LakeclusterError
+
+log = logging.getLogger("lakecluster")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lakecluster", description=__doc__)
+    p.add_argument("--config", "-c", help="TOML config file (defaults < file < LAKECLUSTER_* env < --set)")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set table.path=/data/t (repeatable)")  # fmt: skip
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--output", default="text", choices=["text", "json"], help="format of results")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("stream", help="ingest from the source into the Delta table (runs until stopped)")
+    s.add_argument("--available-now", action="store_true",
+                   help="process everything available at start, then exit")  # fmt: skip
+    s.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
+
+    sub.add_parser("config", help="print the effective, validated configuration")
+
+    b = sub.add_parser("boundaries", help="print the current boundaries of the clustering columns")
+    b.add_argument("--k", type=int, help="number of boundaries (default sketches.boundaries)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    command = args.command or "stream"
+    try:
+        config = load_config(args.config, overrides=parse_overrides(args.set))
+        if command == "config":
+            print(json.dumps(describe(config), indent=2))
+            return 0
+        if command == "boundaries":
+            return _boundaries(config, args.k, args.output)
+        return _stream(config, getattr(args, "available_now", False), getattr(args, "max_batches", None))
+    except ConfigError as e:
+        print(f"lakecluster: configuration error: {e}", file=sys.stderr)
+        return 2
+    except LakeclusterError as e:
+        print(f"lakecluster: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+def _stream(config: Config, available_now: bool, max_batches: int | None) -> int:
+    from lakecluster.stream.job import StreamJob, install_signal_handlers, progress_printer
+
+    source = config.source
+    what = "generator" if source.kind == "generator" else f"kafka {source.kafka.bootstrap_servers}"
+    print(f"lakecluster stream: {what} -> {config.table.path} (Ctrl-C stops after the current batch)",
+          flush=True)  # fmt: skip
+    job = StreamJob(config, available_now=available_now, max_batches=max_batches,
+                    on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
+    install_signal_handlers(job)
+    reports = job.run()
+    rows = sum(r.rows for r in reports)
+    print(f"lakecluster stream: stopped after {len(reports)} batch(es), {rows:,} rows committed", flush=True)
+    return 0
+
+
+def _boundaries(config: Config, k: int | None, output: str) -> int:
+    from lakecluster.sketch_store import SketchStore
+
+    latest = SketchStore(config.table.path).latest()
+    if latest is None:
+        print("no boundary sketches yet (has the stream committed a batch?)", file=sys.stderr)
+        return 1
+    k = k or config.sketches.boundaries
+    result = {
+        "delta_version": latest.delta_version,
+        "stream_batch_id": latest.stream_batch_id,
+        "columns": {
+            name: {
+                "n": s.n, "nulls": s.nulls, "nans": s.nans, "exact": s.is_exact,
+                "rank_error": s.normalized_rank_error(),
+                "boundaries": latest.boundaries(name, k).edges.tolist(),
+            }
+            for name, s in latest.sketches.items()
+        },
+    }  # fmt: skip
+    if output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"boundary sketches at Delta version {result['delta_version']} (stream batch {result['stream_batch_id']})")
+        for name, c in result["columns"].items():
+            edges = c["boundaries"]
+            shown = ", ".join(map(str, edges[:3] + ["..."] + edges[-2:])) if len(edges) > 5 else ", ".join(map(str, edges))
+            print(f"  {name}: n={c['n']:,} nulls={c['nulls']} nans={c['nans']} boundaries={len(edges)} [{shown}]")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The project's exception hierarchy: one base class, subclasses named for the failure."""
+
+from __future__ import annotations
+
+
+class LakeclusterError(Exception):
+    """Base class of every error lakecluster raises on purpose."""
+
+
+class ConfigError(LakeclusterError, ValueError):
+    """A configuration key is unknown, missing, or has a bad value."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"config key '{key}': {message}")
+
+
+class SourceError(LakeclusterError):
+    """The record source cannot be read."""
+
+
+class BrokerUnavailableError(SourceError):
+    """No Kafka broker answered after the configured retries."""
+
+
+class TopicNotFoundError(SourceError):
+    """A configured Kafka topic (or pattern) matches no topic on the broker."""
+
+
+class DataLossError(SourceError):
+    """Offsets the stream still had to read are gone from the broker (retention, truncation)."""
+
+
+class TableError(LakeclusterError):
+    """The Delta table cannot be created, opened or written."""
+
+
+class TableNotWritableError(TableError):
+    """The table location cannot be written to."""
+
+
+class SchemaMismatchError(TableError):
+    """The schema in the config disagrees with the schema of the existing table."""
+
+    def __init__(self, table: str, differences: list[str]) -> None:
+        self.table = table
+        self.differences = differences
+        super().__init__(
+            f"schema of existing table {table} disagrees with the config: " + "; ".join(differences)
+        )
+
+
+class SketchStoreError(LakeclusterError):
+    """A persisted boundary-sketch file is missing, unreadable or inconsistent."""

@@ -1,0 +1,198 @@
+"""Writing Parquet data files into a Delta table directory, with the stats Delta wants per file.
+
+Runs inside Spark tasks (``mapInArrow``), so one pass over the data writes the files, computes
+their stats, and (in the stream) feeds the boundary sketches. Files are grouped by partition
+values, written Hive-style (``col=value/part-....parquet``) without the partition columns, as
+Delta expects, with micro-second timestamps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+ROW_GROUP_ROWS = 128 * 1024
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A data file written into the table directory, ready to become a Delta add action."""
+
+    path: str  # relative to the table root, '/'-separated
+    size: int
+    partition_values: dict[str, str | None]
+    num_records: int
+    stats: str  # Delta stats JSON
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The Arrow filesystem and in-filesystem path of a table URI or local path."""
+    if "://" not in uri:
+        import os
+
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs, path
+
+
+def partition_value_string(value: Any) -> str | None:
+    """A partition value in the Delta log's string form (protocol: "Partition Value Serialization")."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(value)
+
+
+_SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9_.+-]{1,100}$")
+
+
+def _path_segment(name: str, value: str | None) -> str:
+    """Directory name of a partition: ``col=value`` when the value is URI-safe, else a digest.
+
+    Delta add paths are URIs, and readers disagree on decoding them (delta-rs 1.6 takes them
+    literally, Spark and DuckDB percent-decode), so paths only ever hold characters that need no
+    encoding. Readers take partition values from the log, never from the directory name.
+    """
+    if value is None:
+        return f"{name}={HIVE_NULL}"
+    if _SAFE_SEGMENT.match(value):
+        return f"{name}={value}"
+    return f"{name}=_h{hashlib.sha1(value.encode()).hexdigest()[:16]}"
+
+
+def split_by_partition(table: pa.Table, partition_by: Sequence[str]) -> list[tuple[dict[str, Any], pa.Table]]:
+    """Groups of rows with equal partition values (vectorised: one sort, then slices)."""
+    if not partition_by or table.num_rows == 0:
+        return [({}, table)] if table.num_rows else []
+    codes = np.zeros(table.num_rows, dtype=np.int64)
+    for name in partition_by:
+        encoded = pc.dictionary_encode(table[name]).combine_chunks()
+        idx = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        codes = codes * (len(encoded.dictionary) + 1) + idx
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    table = table.take(pa.array(order))
+    groups = []
+    for s, e in zip(starts, ends, strict=True):
+        part = table.slice(int(s), int(e - s))
+        values = {name: part[name][0].as_py() for name in partition_by}
+        groups.append((values, part.drop_columns(list(partition_by))))
+    return groups
+
+
+def _json_literal(value: Any) -> str | None:
+    """JSON text for a stats value; None when it cannot be represented (NaN, infinity)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else None
+    if isinstance(value, Decimal):
+        return str(value) if value.is_finite() else None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return json.dumps(value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    if isinstance(value, dt.date):
+        return json.dumps(value.isoformat())
+    return json.dumps(value)
+
+
+def _floor_ms(ts: dt.datetime) -> dt.datetime:
+    return ts.replace(microsecond=ts.microsecond - ts.microsecond % 1000)
+
+
+def _ceil_ms(ts: dt.datetime) -> dt.datetime:
+    floored = _floor_ms(ts)
+    return floored if floored == ts else floored + dt.timedelta(milliseconds=1)
+
+
+def delta_stats(table: pa.Table) -> str:
+    """Delta per-file stats JSON: numRecords, minValues, maxValues, nullCount for every column.
+
+    Timestamps are widened to whole milliseconds (min down, max up) because Delta readers parse
+    stats at millisecond precision; a narrower range would let them skip files wrongly.
+    Strings are stored in full (Delta-Spark truncates to 32 characters; readers accept both).
+    """
+    mins: list[str] = []
+    maxs: list[str] = []
+    nulls: list[str] = []
+    for name in table.column_names:
+        column = table[name]
+        key = json.dumps(name)
+        nulls.append(f"{key}:{column.null_count}")
+        if column.null_count == len(column) or pa.types.is_nested(column.type) or pa.types.is_binary(column.type):
+            continue
+        mm = pc.min_max(column)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if isinstance(lo, dt.datetime) and isinstance(hi, dt.datetime):
+            lo, hi = _floor_ms(lo), _ceil_ms(hi)
+        lo_text, hi_text = _json_literal(lo), _json_literal(hi)
+        if lo_text is not None and hi_text is not None:
+            mins.append(f"{key}:{lo_text}")
+            maxs.append(f"{key}:{hi_text}")
+    return (
+        f'{{"numRecords":{table.num_rows},"minValues":{{{",".join(mins)}}},'
+        f'"maxValues":{{{",".join(maxs)}}},"nullCount":{{{",".join(nulls)}}}}}'
+    )
+
+
+def write_files(
+    table_uri: str,
+    data: pa.Table,
+    *,
+    partition_by: Sequence[str],
+    prefix: str,
+    max_rows_per_file: int,
+) -> list[WrittenFile]:
+    """Write ``data`` as Parquet files under the table root; returns what was written.
+
+    ``prefix`` goes into every file name (``part-<prefix>-<uuid>-cNNN``) so the writer that owns
+    a file can be told from its name when leftovers of a crashed attempt are cleaned up.
+    """
+    fs, root = filesystem(table_uri)
+    written: list[WrittenFile] = []
+    token = uuid.uuid4().hex[:16]
+    n = 0
+    for values, part in split_by_partition(data, partition_by):
+        strings = {k: partition_value_string(v) for k, v in values.items()}
+        directory = "/".join(_path_segment(k, strings[k]) for k in partition_by)
+        for start in range(0, part.num_rows, max_rows_per_file):
+            chunk = part.slice(start, max_rows_per_file)
+            name = f"part-{prefix}-{token}-c{n:04d}.snappy.parquet"
+            n += 1
+            rel = f"{directory}/{name}" if directory else name
+            full = f"{root}/{rel}"
+            if directory:
+                fs.create_dir(f"{root}/{directory}", recursive=True)
+            pq.write_table(
+                chunk,
+                full,
+                filesystem=fs,
+                compression="snappy",
+                row_group_size=ROW_GROUP_ROWS,
+                coerce_timestamps="us",
+                write_statistics=True,
+            )
+            size = fs.get_file_info(full).size
+            written.append(WrittenFile(rel, int(size or 0), strings, chunk.num_rows, delta_stats(chunk)))
+    return written

@@ -1,0 +1,203 @@
+"""kafka-python helpers shared by the driver (offsets, topics) and the executors (reading ranges)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError, OffsetOutOfRangeError
+
+from lakecluster.errors import BrokerUnavailableError, DataLossError, SourceError, TopicNotFoundError
+
+log = logging.getLogger(__name__)
+
+RAW_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+RAW_DDL = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
+_BATCH_RECORDS = 50_000
+
+
+def consumer_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """KafkaConsumer keyword arguments: ours, then the user's pass-through client options."""
+    timeout_ms = int(float(cfg["request_timeout_s"]) * 1000)
+    settings: dict[str, Any] = {
+        "bootstrap_servers": [s.strip() for s in cfg["bootstrap_servers"].split(",")],
+        "enable_auto_commit": False,
+        "auto_offset_reset": "none",
+        "request_timeout_ms": max(timeout_ms, 1000) + 5000,
+        "api_version_auto_timeout_ms": max(timeout_ms, 1000),
+        "consumer_timeout_ms": 1000,
+    }
+    for key, value in cfg.get("options", {}).items():
+        settings[key] = _coerce(value)
+    return settings
+
+
+def _coerce(value: str) -> Any:
+    # Client options arrive as strings from config/env; kafka-python wants ints/bools for some.
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+def connect(cfg: Mapping[str, Any]) -> KafkaConsumer:
+    """A consumer connected to the cluster, retrying with exponential backoff, else a clear error."""
+    retries = int(cfg["connect_retries"])
+    backoff = float(cfg["connect_backoff_s"])
+    last: Exception | None = None
+    for attempt in range(retries + 1):
+        try:
+            consumer = KafkaConsumer(**consumer_settings(cfg))
+            consumer.topics()  # forces a metadata round trip
+            return consumer
+        except (KafkaError, OSError) as e:
+            last = e
+            if attempt < retries:
+                delay = backoff * 2**attempt
+                log.warning("Kafka at %s not reachable (%s); retry %d/%d in %.1fs",
+                            cfg["bootstrap_servers"], e, attempt + 1, retries, delay)  # fmt: skip
+                time.sleep(delay)
+    raise BrokerUnavailableError(
+        f"no Kafka broker reachable at {cfg['bootstrap_servers']} after {retries + 1} attempts: {last}"
+    )
+
+
+def resolve_topics(consumer: KafkaConsumer, cfg: Mapping[str, Any]) -> list[str]:
+    existing = consumer.topics()
+    if cfg.get("topic_pattern"):
+        pattern = re.compile(cfg["topic_pattern"])
+        topics = sorted(t for t in existing if pattern.fullmatch(t))
+        if not topics:
+            raise TopicNotFoundError(f"no topic matches pattern {cfg['topic_pattern']!r} at {cfg['bootstrap_servers']}")
+        return topics
+    missing = [t for t in cfg["topics"] if t not in existing]
+    if missing:
+        raise TopicNotFoundError(
+            f"topic(s) {', '.join(missing)} not found at {cfg['bootstrap_servers']}; "
+            f"existing: {', '.join(sorted(existing)) or '(none)'}"
+        )
+    return list(cfg["topics"])
+
+
+def topic_partitions(consumer: KafkaConsumer, topics: Sequence[str]) -> list[TopicPartition]:
+    tps = []
+    for topic in topics:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps.extend(TopicPartition(topic, p) for p in sorted(parts))
+    return tps
+
+
+def end_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition], timeout_s: float) -> dict[TopicPartition, int]:
+    """The true end (high-water mark) of each partition.
+
+    ListOffsets alone is not trusted: some Kafka-protocol brokers (tansu 0.6) answer "latest" with
+    the base offset of the last record batch + 1. The high-water mark carried by a fetch response
+    is right everywhere, so we fetch once from just below the reported end and keep the larger.
+    """
+    if not tps:
+        return {}
+    reported = consumer.end_offsets(list(tps))
+    consumer.assign(list(tps))
+    for tp in tps:
+        consumer.seek(tp, max(reported[tp] - 1, 0))
+    deadline = time.monotonic() + timeout_s
+    pending = {tp for tp in tps if reported[tp] > 0}
+    while pending and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=200, max_records=1)
+        pending = {tp for tp in pending if consumer.highwater(tp) is None}
+    out = {}
+    for tp in tps:
+        hw = consumer.highwater(tp)
+        out[tp] = max(reported[tp], hw if hw is not None else 0)
+    consumer.unsubscribe()
+    return out
+
+
+def beginning_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    return consumer.beginning_offsets(list(tps)) if tps else {}
+
+
+def read_range(
+    cfg: Mapping[str, Any], topic: str, partition: int, start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """Records with ``start <= offset < end`` of one partition, as Arrow batches (executor side).
+
+    Offsets may have gaps (transaction markers, compacted topics): reading stops when the
+    consumer's position reaches ``end``, not after a record count.
+    """
+    if end <= start:
+        return
+    consumer = KafkaConsumer(**consumer_settings(cfg))
+    tp = TopicPartition(topic, partition)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        timeout = float(cfg["request_timeout_s"])
+        last_progress = time.monotonic()
+        columns: dict[str, list[Any]] = {n: [] for n in ("key", "value", "offset", "timestamp")}
+        position = start
+        while position < end:
+            try:
+                fetched = consumer.poll(timeout_ms=500, max_records=_BATCH_RECORDS)
+            except OffsetOutOfRangeError as e:
+                if cfg.get("fail_on_data_loss", True):
+                    raise DataLossError(
+                        f"{topic}[{partition}] offsets {start}..{end} are no longer on the broker "
+                        "(retention?); set source.kafka.fail_on_data_loss=false to skip them"
+                    ) from e
+                log.warning("%s[%d]: offsets from %d lost; skipping to the earliest", topic, partition, position)
+                earliest = consumer.beginning_offsets([tp])[tp]
+                consumer.seek(tp, earliest)
+                position = earliest
+                continue
+            records = fetched.get(tp, [])
+            for r in records:
+                if r.offset >= end:
+                    break
+                columns["key"].append(r.key)
+                columns["value"].append(r.value)
+                columns["offset"].append(r.offset)
+                columns["timestamp"].append(r.timestamp * 1000 if r.timestamp is not None and r.timestamp >= 0 else None)
+            if records:
+                last_progress = time.monotonic()
+            position = consumer.position(tp)
+            if len(columns["offset"]) >= _BATCH_RECORDS:
+                yield _batch(columns, topic, partition)
+                columns = {n: [] for n in columns}
+            if position < end and time.monotonic() - last_progress > timeout:
+                raise SourceError(f"{topic}[{partition}]: no progress reading offsets {position}..{end} for {timeout:.0f}s")
+        if columns["offset"]:
+            yield _batch(columns, topic, partition)
+    finally:
+        consumer.close()
+
+
+def _batch(columns: dict[str, list[Any]], topic: str, partition: int) -> pa.RecordBatch:
+    n = len(columns["offset"])
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(columns["key"], pa.binary()),
+            pa.array(columns["value"], pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([partition] * n, pa.int32()),
+            pa.array(columns["offset"], pa.int64()),
+            pa.array(columns["timestamp"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=RAW_SCHEMA,
+    )
