@@ -10,9 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError, OffsetOutOfRangeError
+from kafka.errors import KafkaConfigurationError, KafkaError, OffsetOutOfRangeError
 
-from lakecluster.errors import BrokerUnavailableError, DataLossError, SourceError, TopicNotFoundError
+from lakecluster.errors import BrokerUnavailableError, ConfigError, DataLossError, SourceError, TopicNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ def consumer_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "enable_auto_commit": False,
         "auto_offset_reset": "none",
         "request_timeout_ms": max(timeout_ms, 1000) + 5000,
-        "api_version_auto_timeout_ms": max(timeout_ms, 1000),
         "consumer_timeout_ms": 1000,
     }
     for key, value in cfg.get("options", {}).items():
@@ -66,6 +65,8 @@ def connect(cfg: Mapping[str, Any]) -> KafkaConsumer:
             consumer = KafkaConsumer(**consumer_settings(cfg))
             consumer.topics()  # forces a metadata round trip
             return consumer
+        except KafkaConfigurationError as e:
+            raise ConfigError("source.kafka.options", f"rejected by the Kafka client: {e}") from e
         except (KafkaError, OSError) as e:
             last = e
             if attempt < retries:
