@@ -1,0 +1,84 @@
+"""A stream process that dies at any point loses no row and duplicates none after a restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from tests.conftest import Broker, lakecluster_cmd, read_delta, subprocess_env
+from tests.stream import kafka_records as kr
+
+pytestmark = pytest.mark.integration
+
+
+def _referenced_and_present(table: Path) -> tuple[set[str], set[str]]:
+    referenced = set(DeltaTable(str(table)).get_add_actions(flatten=True).column("path").to_pylist())
+    present = {str(p.relative_to(table)) for p in table.rglob("*.parquet") if "_lakecluster" not in p.parts}
+    return referenced, present
+
+
+def _wait_for_version(table: Path, version: int, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the stream exited before it could be killed"
+        try:
+            if DeltaTable(str(table)).version() >= version:
+                return
+        except Exception:  # noqa: BLE001 - table not created yet
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"table did not reach version {version} within {timeout}s")
+
+
+@pytest.mark.parametrize("crash", ["sigkill-mid-run", "before_commit:2", "after_table_commit:2"])
+def test_crash_and_restart_is_exactly_once(broker: Broker, tmp_path: Path, crash: str) -> None:
+    topic = f"crash_{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 3)
+    records = kr.build(0, 1200, partitions=3, seed=11)
+    broker.produce(topic, [(r.partition, r.value) for r in records])
+    table = tmp_path / "orders"
+    cfg = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table, max_offsets=250)
+    log = open(tmp_path / "first.log", "wb")  # noqa: SIM115
+
+    if crash == "sigkill-mid-run":
+        proc = subprocess.Popen(lakecluster_cmd("--config", str(cfg), "stream"), stdout=log,
+                                stderr=subprocess.STDOUT, env=subprocess_env(), start_new_session=True)  # fmt: skip
+        _wait_for_version(table, 3, proc)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, mid-run
+        proc.wait(timeout=30)
+    else:
+        env = subprocess_env(LAKECLUSTER_TEST_CRASH_AT=crash)
+        proc = subprocess.Popen(lakecluster_cmd("--config", str(cfg), "stream", "--available-now"), stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
+        assert proc.wait(timeout=300) == 137, (tmp_path / "first.log").read_text()[-3000:]
+        os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
+    log.close()
+    partial = kr.table_rows(read_delta(table))
+    assert len(partial) < len(kr.expected_rows(records)), "the crash came after everything was ingested"
+    assert len(partial) == len(set(partial)), "duplicates before the restart"
+
+    restart = subprocess.run(lakecluster_cmd("--config", str(cfg), "stream", "--available-now"),
+                             capture_output=True, text=True, env=subprocess_env(), timeout=300)  # fmt: skip
+    assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr[-3000:]
+
+    assert kr.table_rows(read_delta(table)) == kr.expected_rows(records)
+    quarantine = read_delta(str(table) + "_quarantine").to_pylist()
+    expected_bad = {(p, o) for p, o, r in kr.with_offsets(records) if r.reason}
+    assert sorted((q["partition"], q["offset"]) for q in quarantine) == sorted(expected_bad)
+    referenced, present = _referenced_and_present(table)
+    assert present == referenced, f"unreferenced files left behind: {sorted(present - referenced)}"
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
