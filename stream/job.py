@@ -18,8 +18,8 @@ from lakecluster.spark import get_session
 from lakecluster.stream import kafka_client
 from lakecluster.stream.generator_source import FORMAT_NAME as GENERATOR_FORMAT
 from lakecluster.stream.kafka_source import FORMAT_NAME as KAFKA_FORMAT
-from lakecluster.stream.sink import BatchReport, StreamSink
-from lakecluster.table import check_writable
+from lakecluster.stream.sink import BatchReport, StreamSink, table_spec
+from lakecluster.table import check_writable, open_or_create
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,11 @@ class _StopRequested(Exception):
 
 
 def preflight(config: Config) -> None:
-    """Everything that can be checked before Spark starts: table location, broker, topics."""
+    """Everything that can be checked before Spark starts: table location and schema, broker, topics."""
     check_writable(config.table.path)
-    check_writable(config.table.resolved_quarantine_path if config.source.kind == "kafka" else config.table.path)
+    open_or_create(table_spec(config))
     if config.source.kind == "kafka":
+        check_writable(config.table.resolved_quarantine_path)
         cfg = kafka_source_options(config)
         consumer = kafka_client.connect(cfg)
         try:

@@ -12,7 +12,13 @@ import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaConfigurationError, KafkaError, OffsetOutOfRangeError
 
-from lakecluster.errors import BrokerUnavailableError, ConfigError, DataLossError, SourceError, TopicNotFoundError
+from lakecluster.errors import (
+    BrokerUnavailableError,
+    ConfigError,
+    DataLossError,
+    SourceError,
+    TopicNotFoundError,
+)
 
 log = logging.getLogger(__name__)
 

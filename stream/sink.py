@@ -53,13 +53,18 @@ def _crash_point(point: str, batch_id: int) -> None:
         os._exit(137)
 
 
+def table_spec(config: Config) -> TableSpec:
+    t = config.table
+    return TableSpec(t.path, arrow_schema(t.columns), tuple(t.partition_by))
+
+
 class StreamSink:
     def __init__(self, config: Config, *, on_batch: Callable[[BatchReport], None] | None = None) -> None:
         self.config = config
         t = config.table
         self.on_batch = on_batch
         self.app_id = config.stream.app_id
-        self.table_spec = TableSpec(t.path, arrow_schema(t.columns), tuple(t.partition_by))
+        self.table_spec = table_spec(config)
         self.quarantine_spec = TableSpec(t.resolved_quarantine_path, QUARANTINE_SCHEMA)
         self.table = open_or_create(self.table_spec)
         self.is_kafka = config.source.kind == "kafka"

@@ -70,7 +70,7 @@ class Broker:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """A real tansu broker process (Kafka protocol, memory storage) on 127.0.0.1."""
     port = free_port()
-    log = open(tmp_path_factory.mktemp("tansu") / "tansu.log", "wb")  # noqa: SIM115 - lives for the session
+    log = open(tmp_path_factory.mktemp("tansu") / "tansu.log", "wb")
     url = f"tcp://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,

@@ -31,7 +31,7 @@ def _wait_for_version(table: Path, version: int, proc: subprocess.Popen[bytes], 
         try:
             if DeltaTable(str(table)).version() >= version:
                 return
-        except Exception:  # noqa: BLE001 - table not created yet
+        except Exception:
             pass
         time.sleep(0.2)
     raise AssertionError(f"table did not reach version {version} within {timeout}s")
@@ -45,7 +45,7 @@ def test_crash_and_restart_is_exactly_once(broker: Broker, tmp_path: Path, crash
     broker.produce(topic, [(r.partition, r.value) for r in records])
     table = tmp_path / "orders"
     cfg = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table, max_offsets=250)
-    log = open(tmp_path / "first.log", "wb")  # noqa: SIM115
+    log = open(tmp_path / "first.log", "wb")
 
     if crash == "sigkill-mid-run":
         proc = subprocess.Popen(lakecluster_cmd("--config", str(cfg), "stream"), stdout=log,
