@@ -94,10 +94,14 @@ def _boundaries(config: Config, k: int | None, output: str) -> int:
     if output == "json":
         print(json.dumps(result, indent=2))
     else:
-        print(f"boundary sketches at Delta version {result['delta_version']} (stream batch {result['stream_batch_id']})")
+        print(
+            f"boundary sketches at Delta version {result['delta_version']} (stream batch {result['stream_batch_id']})"
+        )
         for name, c in result["columns"].items():
             edges = c["boundaries"]
-            shown = ", ".join(map(str, edges[:3] + ["..."] + edges[-2:])) if len(edges) > 5 else ", ".join(map(str, edges))
+            shown = (
+                ", ".join(map(str, [*edges[:3], "...", *edges[-2:]])) if len(edges) > 5 else ", ".join(map(str, edges))
+            )
             print(f"  {name}: n={c['n']:,} nulls={c['nulls']} nans={c['nans']} boundaries={len(edges)} [{shown}]")
     return 0
 

@@ -45,9 +45,7 @@ class SchemaMismatchError(TableError):
     def __init__(self, table: str, differences: list[str]) -> None:
         self.table = table
         self.differences = differences
-        super().__init__(
-            f"schema of existing table {table} disagrees with the config: " + "; ".join(differences)
-        )
+        super().__init__(f"schema of existing table {table} disagrees with the config: " + "; ".join(differences))
 
 
 class SketchStoreError(LakeclusterError):

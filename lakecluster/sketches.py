@@ -32,7 +32,6 @@ DEFAULT_EXACT_LIMIT = 16_384
 _MAGIC = b"LCSK1"
 
 
-
 def sketch_kind(col: ColumnSpec) -> Kind:
     return "string" if col.type == "string" else "numeric"
 

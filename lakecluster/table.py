@@ -63,7 +63,9 @@ def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
         if f.name not in actual_types:
             diffs.append(f"column '{f.name}' is missing from the table")
         elif actual_types[f.name] != _type_name(f.type):
-            diffs.append(f"column '{f.name}' is {actual_types[f.name]} in the table, {_type_name(f.type)} in the config")
+            diffs.append(
+                f"column '{f.name}' is {actual_types[f.name]} in the table, {_type_name(f.type)} in the config"
+            )
     expected_names = set(expected.names)
     diffs.extend(f"table has column '{name}' that the config does not declare" for name in actual.names
                  if name not in expected_names)  # fmt: skip
@@ -94,9 +96,7 @@ def open_or_create(spec: TableSpec) -> DeltaTable:
 
 def add_actions(files: Iterable[WrittenFile], *, data_change: bool = True) -> list[AddAction]:
     now_ms = int(time.time() * 1000)
-    return [
-        AddAction(f.path, f.size, dict(f.partition_values), now_ms, data_change, f.stats) for f in files
-    ]
+    return [AddAction(f.path, f.size, dict(f.partition_values), now_ms, data_change, f.stats) for f in files]
 
 
 def commit_appends(

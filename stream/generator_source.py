@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -21,7 +22,6 @@ from lakecluster.schema import ColumnSpec, spark_ddl
 from lakecluster.stream.ssb import BATCH_ROWS, BLOCK_ROWS, GeneratorSettings, generate
 
 FORMAT_NAME = "lakecluster_generator"
-
 
 
 class _RangePartition(InputPartition):
@@ -97,7 +97,7 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
         n = max(1, min(int(self.cfg["partitions"]), (stop - begin + BLOCK_ROWS - 1) // BLOCK_ROWS))
         cuts = np.linspace(begin, stop, n + 1).astype(np.int64)
-        return [_RangePartition(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+        return [_RangePartition(int(a), int(b)) for a, b in itertools.pairwise(cuts) if b > a]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _RangePartition)

@@ -140,9 +140,7 @@ def beginning_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) ->
     return consumer.beginning_offsets(list(tps)) if tps else {}
 
 
-def read_range(
-    cfg: Mapping[str, Any], topic: str, partition: int, start: int, end: int
-) -> Iterator[pa.RecordBatch]:
+def read_range(cfg: Mapping[str, Any], topic: str, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
     """Records with ``start <= offset < end`` of one partition, as Arrow batches (executor side).
 
     Offsets may have gaps (transaction markers, compacted topics): reading stops when the
@@ -180,7 +178,9 @@ def read_range(
                 columns["key"].append(r.key)
                 columns["value"].append(r.value)
                 columns["offset"].append(r.offset)
-                columns["timestamp"].append(r.timestamp * 1000 if r.timestamp is not None and r.timestamp >= 0 else None)
+                columns["timestamp"].append(
+                    r.timestamp * 1000 if r.timestamp is not None and r.timestamp >= 0 else None
+                )
             if records:
                 last_progress = time.monotonic()
             position = consumer.position(tp)
@@ -188,7 +188,9 @@ def read_range(
                 yield _batch(columns, topic, partition)
                 columns = {n: [] for n in columns}
             if position < end and time.monotonic() - last_progress > timeout:
-                raise SourceError(f"{topic}[{partition}]: no progress reading offsets {position}..{end} for {timeout:.0f}s")
+                raise SourceError(
+                    f"{topic}[{partition}]: no progress reading offsets {position}..{end} for {timeout:.0f}s"
+                )
         if columns["offset"]:
             yield _batch(columns, topic, partition)
     finally:

@@ -132,7 +132,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _PartitionRange)
-        yield from kafka_client.read_range(self.cfg, partition.topic, partition.partition, partition.start, partition.end)
+        yield from kafka_client.read_range(
+            self.cfg, partition.topic, partition.partition, partition.start, partition.end
+        )
 
     def commit(self, end: dict) -> None:
         pass
@@ -143,7 +145,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._consumer = None
 
 
-def _apply_limit(current: dict[TopicPartition, int], target: dict[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
+def _apply_limit(
+    current: dict[TopicPartition, int], target: dict[TopicPartition, int], limit: int
+) -> dict[TopicPartition, int]:
     """Spread ``limit`` records over the partitions in proportion to their backlog."""
     lag = {tp: target[tp] - current[tp] for tp in current}
     total = sum(lag.values())

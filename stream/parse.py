@@ -47,7 +47,9 @@ def _field_checks(col: ColumnSpec) -> tuple[Column, Column]:
         exact = f"try_variant_get(_lc_v, {path}, 'decimal(38,18)') = CAST({typed} AS decimal(38,18))"
     special_float = ""
     if col.is_floating:
-        special_float = f" OR ({kind} = 'STRING' AND try_variant_get({raw}, '$', 'string') IN ('NaN', 'Infinity', '-Infinity'))"
+        special_float = (
+            f" OR ({kind} = 'STRING' AND try_variant_get({raw}, '$', 'string') IN ('NaN', 'Infinity', '-Infinity'))"
+        )
     ok = f"(({_accepted(col, kind)}){special_float}) AND {typed} IS NOT NULL AND {exact}"
     name = col.name.replace("'", "")
     error = f"""CASE

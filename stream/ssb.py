@@ -54,9 +54,7 @@ REGIONS = np.array(list(_NATIONS.values()), dtype=object)
 # SSB city: the nation's name cut or padded to 9 characters plus a digit ("UNITED KI1").
 CITIES = np.array([f"{n[:9]:<9}{d}" for n in _NATIONS for d in range(10)], dtype=object)
 # SSB brand: MFGR#<manufacturer 1-5><category 1-5><brand 1-40>; 1000 brands sharing "MFGR#".
-BRANDS = np.array(
-    [f"MFGR#{m}{c}{b}" for m in range(1, 6) for c in range(1, 6) for b in range(1, 41)], dtype=object
-)
+BRANDS = np.array([f"MFGR#{m}{c}{b}" for m in range(1, 6) for c in range(1, 6) for b in range(1, 41)], dtype=object)
 CATEGORIES = np.array([b[:7] for b in BRANDS], dtype=object)
 SHIPMODES = np.array(["AIR", "FOB", "MAIL", "RAIL", "REG AIR", "SHIP", "TRUCK"], dtype=object)
 _FIRST_DAY = np.datetime64("1992-01-01", "D")
@@ -89,9 +87,7 @@ def _block(block: int, settings: GeneratorSettings) -> dict[str, np.ndarray]:
     seconds = rng.integers(0, 86_400, n)
     micros = rng.integers(0, 1_000_000, n)
     event_time = (
-        orderdate.astype("datetime64[us]")
-        + seconds.astype("timedelta64[s]")
-        + micros.astype("timedelta64[us]")
+        orderdate.astype("datetime64[us]") + seconds.astype("timedelta64[s]") + micros.astype("timedelta64[us]")
     )
     c_city = rng.integers(0, len(CITIES), n)
     s_city = rng.integers(0, len(CITIES), n)

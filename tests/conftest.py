@@ -114,7 +114,7 @@ def duckdb_connection():  # type: ignore[no-untyped-def]
     import duckdb
     import duckdb_ext
 
-    base = list(duckdb_ext.__path__)[0]
+    base = next(iter(duckdb_ext.__path__))
     ext = glob.glob(os.path.join(base, "extensions", f"v{duckdb.__version__}", "*", "delta.duckdb_extension"))
     assert ext, f"delta extension for duckdb {duckdb.__version__} not found under {base}"
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})

@@ -76,7 +76,7 @@ def valid_record(i: int, rng: random.Random) -> tuple[bytes, tuple[Any, ...]]:
     brand = rng.choice([None, *[f"MFGR#{m}{c}{b}" for m in (1, 2) for c in (1, 2) for b in (1, 17, 40)]])
     qty = rng.choice([None, rng.randint(-5, 50), 2**31 - 1, -(2**31)])
     price = rng.choice([None, "NaN", rng.uniform(-1e6, 1e6), 0.0])
-    amount = Decimal(rng.randint(-10**9, 10**9)) / 100
+    amount = Decimal(rng.randint(-(10**9), 10**9)) / 100
     flag = rng.choice([None, True, False])
     day = dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 3))
     ts = dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=rng.randint(0, 10**12))

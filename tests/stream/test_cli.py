@@ -15,10 +15,16 @@ from tests.conftest import Broker, free_port, lakecluster_cmd, read_delta, subpr
 
 @pytest.mark.integration
 def test_no_arguments_runs_the_generator_and_sigterm_stops_cleanly(tmp_path: Path) -> None:
-    proc = subprocess.Popen(lakecluster_cmd("--set", "source.generator.rows_per_second=20000",
-                                            "--set", "stream.trigger_interval_s=1", "stream"),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=subprocess_env())  # fmt: skip
+    proc = subprocess.Popen(
+        lakecluster_cmd(
+            "--set", "source.generator.rows_per_second=20000", "--set", "stream.trigger_interval_s=1", "stream"
+        ),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=subprocess_env(),
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     deadline = time.monotonic() + 240
@@ -50,17 +56,42 @@ def test_config_error_exits_2_and_names_the_key(capsys: pytest.CaptureFixture[st
 
 @pytest.mark.integration
 def test_unreachable_broker_fails_after_retries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["--set", "source.kind=kafka", "--set", f"source.kafka.bootstrap_servers=127.0.0.1:{free_port()}",
-               "--set", 'source.kafka.topics=["t"]', "--set", "source.kafka.connect_retries=2",
-               "--set", "source.kafka.connect_backoff_s=0.05", "--set", f"table.path={tmp_path / 't'}", "stream"])  # fmt: skip
+    rc = main(
+        [
+            "--set",
+            "source.kind=kafka",
+            "--set",
+            f"source.kafka.bootstrap_servers=127.0.0.1:{free_port()}",
+            "--set",
+            'source.kafka.topics=["t"]',
+            "--set",
+            "source.kafka.connect_retries=2",
+            "--set",
+            "source.kafka.connect_backoff_s=0.05",
+            "--set",
+            f"table.path={tmp_path / 't'}",
+            "stream",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "BrokerUnavailableError" in err and "after 3 attempts" in err
 
 
 @pytest.mark.integration
 def test_missing_topic_is_named(broker: Broker, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["--set", "source.kind=kafka", "--set", f"source.kafka.bootstrap_servers={broker.bootstrap}",
-               "--set", 'source.kafka.topics=["no_such_topic"]', "--set", f"table.path={tmp_path / 't'}", "stream"])  # fmt: skip
+    rc = main(
+        [
+            "--set",
+            "source.kind=kafka",
+            "--set",
+            f"source.kafka.bootstrap_servers={broker.bootstrap}",
+            "--set",
+            'source.kafka.topics=["no_such_topic"]',
+            "--set",
+            f"table.path={tmp_path / 't'}",
+            "stream",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1 and "TopicNotFoundError" in err and "no_such_topic" in err
 
@@ -80,8 +111,10 @@ def test_config_schema_disagreeing_with_existing_table(tmp_path: Path, capsys: p
     path = tmp_path / "t"
     preflight(load_config(overrides={"table.path": str(path)}, environ={}))  # creates the table
     toml = tmp_path / "c.toml"
-    toml.write_text(f'[table]\npath = "{path}"\npartition_by = []\nclustering_columns = ["s_city"]\n'
-                    'columns = [{ name = "s_city", type = "string" }, { name = "lo_quantity", type = "int" }]\n')  # fmt: skip
+    toml.write_text(
+        f'[table]\npath = "{path}"\npartition_by = []\nclustering_columns = ["s_city"]\n'
+        'columns = [{ name = "s_city", type = "string" }, { name = "lo_quantity", type = "int" }]\n'
+    )
     assert main(["--config", str(toml), "stream"]) == 1
     err = capsys.readouterr().err
     assert "SchemaMismatchError" in err and "lo_orderkey" in err and "partitioned by ['d_year']" in err
