@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -68,6 +69,7 @@ def connect(cfg: Mapping[str, Any]) -> KafkaConsumer:
     last: Exception | None = None
     for attempt in range(retries + 1):
         try:
+            _probe_tcp(cfg["bootstrap_servers"])
             consumer = KafkaConsumer(**consumer_settings(cfg))
             consumer.topics()  # forces a metadata round trip
             return consumer
@@ -83,6 +85,22 @@ def connect(cfg: Mapping[str, Any]) -> KafkaConsumer:
     raise BrokerUnavailableError(
         f"no Kafka broker reachable at {cfg['bootstrap_servers']} after {retries + 1} attempts: {last}"
     )
+
+
+def _probe_tcp(bootstrap_servers: str, timeout_s: float = 3.0) -> None:
+    """Fail fast when no bootstrap address accepts a TCP connection.
+
+    Without it, a client pointed at a dead address waits a full request timeout per attempt.
+    """
+    errors = []
+    for server in bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout_s).close()
+            return
+        except (OSError, ValueError) as e:
+            errors.append(f"{server.strip()}: {e}")
+    raise OSError("; ".join(errors))
 
 
 def resolve_topics(consumer: KafkaConsumer, cfg: Mapping[str, Any]) -> list[str]:
