@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from lakecluster.parquet_files import WrittenFile, write_files
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.sketches import ColumnSketch, sketch_kind
-from lakecluster.stream.parse import REASON
+from lakecluster.stream.parse import RecordParser
 
 OUTPUT_DDL = (
     "kind string, path string, size bigint, num_records bigint, partition_values string, "
@@ -50,7 +50,7 @@ class TaskSpec:
     write_quarantine: bool
     build_sketches: bool
     max_rows_per_file: int
-    has_reason: bool
+    parse_json: bool  # raw Kafka records in, parsed here; else rows already typed (generator)
 
     @property
     def file_prefix(self) -> str:
@@ -63,14 +63,16 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     bad_parts: list[pa.Table] = []
     sketches = {c.name: _new_sketch(c, spec) for c in spec.sketch_columns}
     now = pa.scalar(dt.datetime.now(dt.UTC), pa.timestamp("us", tz="UTC"))
+    parser = RecordParser(spec.columns) if spec.parse_json else None
     for batch in batches:
         table = pa.Table.from_batches([batch])
-        if spec.has_reason:
-            is_bad = pc.is_valid(table[REASON])
-            bad = table.filter(is_bad)
-            table = table.filter(pc.invert(is_bad))
-            if bad.num_rows and spec.write_quarantine:
-                bad_parts.append(_quarantine_rows(bad, now, spec.batch_id))
+        if parser is not None:
+            parsed = parser.parse(batch.column("value"))
+            is_bad = pc.invert(parsed.valid)
+            if spec.write_quarantine and is_bad.true_count:
+                bad_parts.append(_quarantine_rows(table.filter(is_bad), parsed.reasons.filter(is_bad), now,
+                                                  spec.batch_id))  # fmt: skip
+            table = parsed.table.filter(parsed.valid)
         valid = pa.Table.from_arrays([table[c.name].cast(schema.field(c.name).type) for c in spec.columns],
                                      schema=schema)  # fmt: skip
         if spec.build_sketches:
@@ -107,12 +109,12 @@ def _file_row(kind: str, f: WrittenFile) -> dict:
             "partition_values": json.dumps(f.partition_values), "stats": f.stats}  # fmt: skip
 
 
-def _quarantine_rows(bad: pa.Table, now: pa.Scalar, batch_id: int) -> pa.Table:
+def _quarantine_rows(bad: pa.Table, reasons: pa.Array, now: pa.Scalar, batch_id: int) -> pa.Table:
     n = bad.num_rows
     return pa.Table.from_arrays(
         [
             bad["key"], bad["value"], bad["topic"], bad["partition"].cast(pa.int32()),
-            bad["offset"], bad["timestamp"].cast(pa.timestamp("us", tz="UTC")), bad[REASON],
+            bad["offset"], bad["timestamp"].cast(pa.timestamp("us", tz="UTC")), reasons,
             pc.fill_null(pa.nulls(n, now.type), now),
             pc.fill_null(pa.nulls(n, pa.int64()), batch_id),
         ],

@@ -28,7 +28,6 @@ from lakecluster.schema import arrow_schema
 from lakecluster.sketch_store import SketchStore, load_or_empty
 from lakecluster.sketches import ColumnSketch
 from lakecluster.stream.batch_task import OUTPUT_DDL, QUARANTINE_SCHEMA, TaskSpec, run_task
-from lakecluster.stream.parse import parse_records
 from lakecluster.table import TableSpec, commit_appends, committed_version, open_or_create, remove_orphans
 
 log = logging.getLogger(__name__)
@@ -102,10 +101,9 @@ class StreamSink:
             write_quarantine=not quarantine_done,
             build_sketches=not sketch_done,
             max_rows_per_file=self.config.table.target_file_rows,
-            has_reason=self.is_kafka,
+            parse_json=self.is_kafka,
         )
-        source = parse_records(batch_df, self.config.table.columns) if self.is_kafka else batch_df
-        rows = source.mapInArrow(functools.partial(run_task, spec), OUTPUT_DDL).collect()
+        rows = batch_df.mapInArrow(functools.partial(run_task, spec), OUTPUT_DDL).collect()
         table_files = [_written(r) for r in rows if r["kind"] == "table"]
         bad_files = [_written(r) for r in rows if r["kind"] == "quarantine"]
         _crash_point("before_commit", batch_id)

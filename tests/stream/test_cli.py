@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from lakecluster.cli import main
-from tests.conftest import Broker, free_port, lakecluster_cmd, read_delta, subprocess_env
+from tests.broker import Broker, free_port
+from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 
 
 @pytest.mark.integration

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from tests.conftest import Broker, lakecluster_cmd, read_delta, subprocess_env
+from tests.broker import Broker
+from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.stream import kafka_records as kr
 
 pytestmark = pytest.mark.integration
