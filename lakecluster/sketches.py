@@ -216,6 +216,10 @@ class Boundaries:
     column: str
     kind: Kind
     edges: np.ndarray
+    # Middle of each range in the column's distribution (0..1): where its rows sit by depth.
+    # Equal-depth levels (``level_of``) come from it, so a column's coarse splits cut its rows,
+    # not its distinct values, into equal parts.
+    depth: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.edges)
@@ -242,6 +246,13 @@ class Boundaries:
         if array.null_count:
             ranks = np.where(array.is_null().to_numpy(zero_copy_only=False), 0, ranks)
         return ranks.astype(np.int32)
+
+    def level_of(self, ranks: np.ndarray, levels: int) -> np.ndarray:
+        """Equal-depth level ``0..levels-1`` of each rank."""
+        depth = self.depth if self.depth is not None else (np.arange(len(self.edges)) + 0.5) / max(len(self.edges), 1)
+        if len(depth) == 0:
+            return np.zeros(len(ranks), dtype=np.int64)
+        return np.clip((depth[ranks] * levels).astype(np.int64), 0, levels - 1)
 
 
 class BoundarySketches:
@@ -272,11 +283,14 @@ class BoundarySketches:
             raise KeyError(f"no sketch for column '{column}'; sketched: {', '.join(self.sketches)}")
         sketch = self.sketches[column]
         quantiles = sketch.quantiles([i / k for i in range(k)])
-        if sketch.kind == "numeric":
-            edges = np.unique(np.asarray(quantiles, dtype=np.float64))
-        else:
-            edges = np.unique(np.asarray(quantiles, dtype=str)) if quantiles else np.asarray([], dtype=str)
-        return Boundaries(column, sketch.kind, edges)
+        if not quantiles:
+            empty = np.asarray([], dtype=np.float64 if sketch.kind == "numeric" else str)
+            return Boundaries(column, sketch.kind, empty, np.asarray([], dtype=np.float64))
+        values = np.asarray(quantiles, dtype=np.float64 if sketch.kind == "numeric" else str)
+        edges, first = np.unique(values, return_index=True)
+        # quantiles are sorted: range i spans fractions first[i]/k .. first[i+1]/k
+        ends = np.append(first[1:], k)
+        return Boundaries(column, sketch.kind, edges, (first + ends) / (2.0 * k))
 
     def ranks(self, column: str, values: pa.Array | pa.ChunkedArray, k: int = 1024) -> np.ndarray:
         return self.boundaries(column, k).ranks(values)

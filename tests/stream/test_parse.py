@@ -29,17 +29,47 @@ field_values = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**64), max_value=2**64),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(["", "UNITED KI1", "MFGR#1221", "12", "1.5", "NaN", "Infinity", "2024-02-29", "2024-13-45",
-                     "2024-1-2", "2024-01-02T03:04:05.123456Z", "2024-01-02 03:04:05+02:00", "yesterday",
-                     "3.10", "1e3", "ÉIRE"]),  # fmt: skip
+    st.sampled_from(
+        [
+            "",
+            "UNITED KI1",
+            "MFGR#1221",
+            "12",
+            "1.5",
+            "NaN",
+            "Infinity",
+            "2024-02-29",
+            "2024-13-45",
+            "2024-1-2",
+            "2024-01-02T03:04:05.123456Z",
+            "2024-01-02 03:04:05+02:00",
+            "yesterday",
+            "3.10",
+            "1e3",
+            "ÉIRE",
+        ]
+    ),  # fmt: skip
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.sampled_from(["a", "b"]), st.integers(), max_size=2),
 )
 records = st.dictionaries(st.sampled_from([c.name for c in COLUMNS] + ["extra"]), field_values, max_size=9)
 raw_values = st.one_of(
     records.map(lambda r: json.dumps(r).encode()),
-    st.sampled_from([b"", b"   ", b"not json {", b"[1, 2]", b"5", b'{"id": 1}{"id": 2}', b'{"id": 3,\n"city": "x"}',
-                     b'{"id": 4, "price": NaN}', b'{"id": 5, "city": "a\nb"}', b"\xff\xfe", None]),  # fmt: skip
+    st.sampled_from(
+        [
+            b"",
+            b"   ",
+            b"not json {",
+            b"[1, 2]",
+            b"5",
+            b'{"id": 1}{"id": 2}',
+            b'{"id": 3,\n"city": "x"}',
+            b'{"id": 4, "price": NaN}',
+            b'{"id": 5, "city": "a\nb"}',
+            b"\xff\xfe",
+            None,
+        ]
+    ),  # fmt: skip
 )
 
 

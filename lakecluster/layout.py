@@ -1,0 +1,134 @@
+"""The clustering layout: which coarse cell and which curve position each row gets.
+
+A row's sort key has two parts, both curve keys over coordinates taken from the boundary
+sketches (never raw values):
+
+* the **cell**: each clustering column cut into ``levels`` equal-depth ranges; the cells are
+  ordered along the curve. Levels are chosen per column (``choose_levels``) so that the number of
+  cells is about the number of output files and every column gets its share of the resolution:
+  with equal bits a column of 250 distinct values is starved by one of 1000 (brief §6). An output
+  file holds whole cells, so a point query on column *i* reads about ``files / levels[i]`` files;
+  with equal levels that is the bound ``N^((d-1)/d)``.
+* the **fine key**: the curve over full-resolution ranks, ordering rows inside a cell (narrow row
+  groups, and the cut points when one cell is larger than a file).
+
+Everything is vectorised over Arrow batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from lakecluster.curves import Curve, bits_for, curve_key
+from lakecluster.sketches import Boundaries, BoundarySketches
+
+
+def choose_levels(target_cells: float, caps: Sequence[int], weights: Sequence[float] | None = None) -> tuple[int, ...]:
+    """Levels per column with product ~ ``target_cells``, split by weight, each at most its cap.
+
+    ``caps`` are the distinct ranks a column has (more levels than values cannot cut it finer);
+    the budget a capped column cannot use goes to the others.
+    """
+    d = len(caps)
+    w = [1.0] * d if weights is None else [float(x) for x in weights]
+    if len(w) != d or any(x <= 0 for x in w):
+        raise ValueError("one positive weight per column")
+    budget = math.log(max(target_cells, 1.0))
+    fixed: dict[int, float] = {}
+    while True:
+        free = [i for i in range(d) if i not in fixed]
+        if not free:
+            break
+        remaining = budget - sum(fixed.values())
+        share = {i: remaining * w[i] / sum(w[j] for j in free) for i in free}
+        over = [i for i in free if share[i] > math.log(max(caps[i], 1))]
+        if not over:
+            fixed.update(share)
+            break
+        for i in over:
+            fixed[i] = math.log(max(caps[i], 1))
+    return tuple(max(1, min(int(caps[i]) or 1, round(math.exp(fixed[i])))) for i in range(d))
+
+
+@dataclass(frozen=True)
+class ClusteringLayout:
+    """Everything a task needs to key rows: picklable, shipped to the executors."""
+
+    curve: Curve
+    columns: tuple[str, ...]
+    boundaries: tuple[Boundaries, ...]
+    levels: tuple[int, ...]
+
+    @classmethod
+    def build(
+        cls,
+        sketches: BoundarySketches,
+        columns: Sequence[str],
+        *,
+        curve: Curve,
+        target_cells: float,
+        k: int = 1024,
+        weights: Mapping[str, float] | None = None,
+    ) -> ClusteringLayout:
+        bounds = tuple(sketches.boundaries(c, k) for c in columns)
+        caps = [max(len(b), 1) for b in bounds]
+        w = [float((weights or {}).get(c, 1.0)) for c in columns]
+        return cls(curve, tuple(columns), bounds, choose_levels(target_cells, caps, w))
+
+    @property
+    def cells(self) -> int:
+        return math.prod(self.levels)
+
+    def ranks(self, table: pa.Table) -> list[np.ndarray]:
+        return [b.ranks(table[c]) for c, b in zip(self.columns, self.boundaries, strict=True)]
+
+    def cell_key(self, ranks: Sequence[np.ndarray]) -> np.ndarray:
+        coords = [b.level_of(r, lv) for r, b, lv in zip(ranks, self.boundaries, self.levels, strict=True)]
+        return curve_key(self.curve, coords, [bits_for(lv) for lv in self.levels])
+
+    def fine_key(self, ranks: Sequence[np.ndarray]) -> np.ndarray:
+        return curve_key(self.curve, [r.astype(np.int64) for r in ranks],
+                         [bits_for(max(len(b), 1)) for b in self.boundaries])  # fmt: skip
+
+    def keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(cell key, full sort key = cell key + fine key) as ``(n, bytes)`` uint8 arrays."""
+        ranks = self.ranks(table)
+        cell = self.cell_key(ranks)
+        return cell, np.concatenate([cell, self.fine_key(ranks)], axis=1)
+
+    def describe(self) -> dict[str, object]:
+        return {"curve": self.curve, "columns": list(self.columns), "levels": list(self.levels),
+                "boundaries": [len(b) for b in self.boundaries]}  # fmt: skip
+
+
+def assign_files(cell_rows: Sequence[int], target_rows: int, *, min_fill: float = 0.5) -> list[int]:
+    """File number of each cell (cells given in curve order) for files of about ``target_rows``.
+
+    A cell with at least ``min_fill * target_rows`` rows is a file of its own (cut into several by
+    the writer when it holds more than a file); smaller cells are merged with their curve
+    neighbours until a file is full, because a file holding whole cells keeps narrow ranges.
+    """
+    out: list[int] = []
+    file_no, open_rows = -1, 0
+    for rows in cell_rows:
+        if rows >= min_fill * target_rows:
+            file_no += 1
+            out.append(file_no)
+            open_rows = target_rows  # closed: the next cell starts a new file
+        else:
+            if open_rows == 0 or open_rows + rows > target_rows:
+                file_no += 1
+                open_rows = 0
+            out.append(file_no)
+            open_rows += rows
+    return out
+
+
+def pieces(rows: int, target_rows: int) -> int:
+    """How many files a run of ``rows`` rows becomes: about ``target_rows`` each, never one giant."""
+    return max(1, round(rows / max(target_rows, 1)))
