@@ -75,7 +75,7 @@ def test_byte_keys_sort_like_integers_in_numpy_and_arrow() -> None:
 def test_bad_input_is_rejected() -> None:
     with pytest.raises(ValueError, match="1 to 8 columns"):
         interleave([np.zeros(1, dtype=int)] * 9, [1] * 9)
-    with pytest.raises(ValueError, match="0..3"):
+    with pytest.raises(ValueError, match=r"0\.\.3"):
         interleave([np.array([4])], [2])
     with pytest.raises(ValueError, match="unknown curve"):
         curve_key("peano", [np.array([1])], [1])  # type: ignore[arg-type]

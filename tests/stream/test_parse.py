@@ -48,7 +48,7 @@ field_values = st.one_of(
             "1e3",
             "ÉIRE",
         ]
-    ),  # fmt: skip
+    ),
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.sampled_from(["a", "b"]), st.integers(), max_size=2),
 )
@@ -69,7 +69,7 @@ raw_values = st.one_of(
             b"\xff\xfe",
             None,
         ]
-    ),  # fmt: skip
+    ),
 )
 
 
