@@ -28,6 +28,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="process everything available at start, then exit")  # fmt: skip
     s.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
 
+    c = sub.add_parser("compact", help="cluster and compact the table (runs until stopped)")
+    c.add_argument("--once", action="store_true", help="one planning round, then exit")
+    c.add_argument("--dry-run", action="store_true", help="print the plan (groups, files, bytes, why) and exit")
+
+    r = sub.add_parser("run", help="the stream and the compactor side by side in one process (local use)")
+    r.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
+
     sub.add_parser("config", help="print the effective, validated configuration")
 
     b = sub.add_parser("boundaries", help="print the current boundaries of the clustering columns")
@@ -46,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if command == "boundaries":
             return _boundaries(config, args.k, args.output)
+        if command == "compact":
+            return _compact(config, args.once, args.dry_run, args.output)
+        if command == "run":
+            return _run(config, args.max_batches)
         return _stream(config, getattr(args, "available_now", False), getattr(args, "max_batches", None))
     except ConfigError as e:
         print(f"lakecluster: configuration error: {e}", file=sys.stderr)
@@ -68,6 +79,77 @@ def _stream(config: Config, available_now: bool, max_batches: int | None) -> int
     reports = job.run()
     rows = sum(r.rows for r in reports)
     print(f"lakecluster stream: stopped after {len(reports)} batch(es), {rows:,} rows committed", flush=True)
+    return 0
+
+
+def _compact(config: Config, once: bool, dry_run: bool, output: str) -> int:
+    import signal
+
+    from lakecluster import metrics
+    from lakecluster.compaction.loop import Compactor, describe_plan
+
+    compactor = Compactor(config)
+    if dry_run:
+        the_plan = compactor.plan()
+        if output == "json":
+            print(json.dumps({"table_version": the_plan.table_version, "groups": [
+                {"partition": dict(g.partition), "files": [f.path for f in g.files], "bytes": g.bytes,
+                 "rows": g.rows, "generation": g.generation, "reason": g.reason,
+                 "expected_files": g.expected_files(config.compaction.target_file_bytes)}
+                for g in the_plan.groups]}, indent=2))  # fmt: skip
+        else:
+            print(describe_plan(the_plan, config.compaction.target_file_bytes))
+        return 0
+    metrics.serve(config.metrics.port, config.metrics.host)
+
+    def stop(signum: int, frame: object) -> None:
+        print("lakecluster compact: stopping after the current group", file=sys.stderr, flush=True)
+        compactor.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if once:
+        results = compactor.run_once()
+        for res in results:
+            print(f"{res.result}: {len(res.group.files)} files -> {res.files_out} files in {res.seconds:.1f}s; "
+                  f"point-query files {res.scanned_before:.1f} -> {res.scanned_after:.1f}"
+                  + (f" ({res.message})" if res.message else ""), flush=True)  # fmt: skip
+        conflicts = sum(1 for res in results if res.result == "conflict")
+        print(f"lakecluster compact: {len(results) - conflicts} group(s) committed, {conflicts} conflict(s)",
+              flush=True)  # fmt: skip
+        return 3 if conflicts else 0
+    print(f"lakecluster compact: {config.table.path} every {config.compaction.interval_s:g}s "
+          "(Ctrl-C stops after the current group)", flush=True)  # fmt: skip
+    compactor.run_forever()
+    return 0
+
+
+def _run(config: Config, max_batches: int | None) -> int:
+    """Stream in the main thread, compactor in a background thread, one SparkSession."""
+    import threading
+
+    from lakecluster import metrics
+    from lakecluster.compaction.loop import Compactor
+    from lakecluster.spark import get_session
+    from lakecluster.stream.job import StreamJob, install_signal_handlers, progress_printer
+
+    metrics.serve(config.metrics.port, config.metrics.host)
+    spark = get_session(config.spark)
+    job = StreamJob(config, spark=spark, max_batches=max_batches,
+                    on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
+    compactor = Compactor(config, spark=spark)
+    install_signal_handlers(job)
+    print(f"lakecluster run: {config.source.kind} -> {config.table.path}, compacting every "
+          f"{config.compaction.interval_s:g}s (Ctrl-C stops both)", flush=True)  # fmt: skip
+    worker = threading.Thread(target=compactor.run_forever, name="lakecluster-compactor", daemon=True)
+    worker.start()
+    try:
+        reports = job.run()
+    finally:
+        compactor.request_stop()
+        worker.join()
+    print(f"lakecluster run: stopped after {len(reports)} batch(es), {sum(r.rows for r in reports):,} rows",
+          flush=True)  # fmt: skip
     return 0
 
 

@@ -88,6 +88,7 @@ class StreamConfig:
     checkpoint_location: str | None = None
     app_id: str = "lakecluster-stream"
     progress: bool = True
+    cluster_on_write: bool = True
 
     def resolved_checkpoint(self, table: TableConfig) -> str:
         return self.checkpoint_location or table.path.rstrip("/") + "/_lakecluster/checkpoint"
@@ -102,6 +103,33 @@ class SketchConfig:
 
 
 @dataclass(frozen=True)
+class CompactionConfig:
+    """Thresholds of the compaction loop; every key is documented in docs/configuration.md."""
+
+    curve: Literal["hilbert", "zorder"] = "hilbert"
+    column_weights: Mapping[str, str] = field(default_factory=dict)
+    interval_s: float = 60.0
+    target_file_bytes: int = 128 << 20
+    min_file_bytes: int = 32 << 20
+    max_group_bytes: int = 2 << 30
+    max_groups_per_run: int = 8
+    min_input_files: int = 4
+    merge_fanout: int = 4
+    max_generation: int = 6
+    orphan_min_age_s: float = 3600.0
+    commit_attempts: int = 100
+
+    def weights(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.column_weights.items()}
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 9464
+    host: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     master: str = "local[2]"
     conf: Mapping[str, str] = field(default_factory=dict)
@@ -113,6 +141,8 @@ class Config:
     table: TableConfig = field(default_factory=TableConfig)
     stream: StreamConfig = field(default_factory=StreamConfig)
     sketches: SketchConfig = field(default_factory=SketchConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
 
 
@@ -295,11 +325,39 @@ def validate(config: Config) -> None:
         raise ConfigError("sketches.boundaries", f"must be 2..1048576, got {k.boundaries}")
     _positive("sketches.retain_versions", k.retain_versions)
 
+    _validate_compaction(config.compaction, t)
+    if not 0 <= config.metrics.port <= 65535:
+        raise ConfigError("metrics.port", f"must be 0 (off) or a TCP port, got {config.metrics.port}")
+
     src = config.source
     if src.kind == "kafka":
         _validate_kafka(src.kafka)
     else:
         _validate_generator(src.generator, t)
+
+
+def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
+    for name, value in c.column_weights.items():
+        if name not in t.clustering_columns:
+            known = ", ".join(t.clustering_columns)
+            raise ConfigError(f"compaction.column_weights.{name}", f"not a clustering column; known: {known}")
+        try:
+            ok = float(value) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"compaction.column_weights.{name}", f"must be a number > 0, got {value!r}")
+    for key in ("interval_s", "target_file_bytes", "min_file_bytes", "max_group_bytes", "max_groups_per_run",
+                "min_input_files", "commit_attempts", "max_generation"):  # fmt: skip
+        _positive(f"compaction.{key}", getattr(c, key))
+    if c.min_file_bytes > c.target_file_bytes:
+        raise ConfigError("compaction.min_file_bytes", "must be <= compaction.target_file_bytes")
+    if c.max_group_bytes < c.target_file_bytes:
+        raise ConfigError("compaction.max_group_bytes", "must be >= compaction.target_file_bytes")
+    if c.merge_fanout < 2:
+        raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
+    if c.orphan_min_age_s < 0:
+        raise ConfigError("compaction.orphan_min_age_s", "must be >= 0")
 
 
 def _positive(key: str, value: float | None) -> None:

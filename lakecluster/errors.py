@@ -50,3 +50,11 @@ class SchemaMismatchError(TableError):
 
 class SketchStoreError(LakeclusterError):
     """A persisted boundary-sketch file is missing, unreadable or inconsistent."""
+
+
+class CompactionConflictError(LakeclusterError):
+    """A compaction's input files were removed by someone else (e.g. a second compactor)."""
+
+
+class NoBoundariesError(LakeclusterError):
+    """The table has no boundary sketches yet (the stream writes them)."""

@@ -52,7 +52,14 @@ def choose_levels(target_cells: float, caps: Sequence[int], weights: Sequence[fl
             break
         for i in over:
             fixed[i] = math.log(max(caps[i], 1))
-    return tuple(max(1, min(int(caps[i]) or 1, round(math.exp(fixed[i])))) for i in range(d))
+    ideal = [min(math.exp(fixed[i]), max(caps[i], 1)) for i in range(d)]
+    levels = [max(1, math.floor(x)) for x in ideal]
+    # Round up the columns that lost most to the floor while the cell count stays near the target.
+    for i in sorted(range(d), key=lambda j: levels[j] / ideal[j]):
+        grown = math.prod(levels) // levels[i] * (levels[i] + 1)
+        if levels[i] < caps[i] and grown <= 1.5 * target_cells:
+            levels[i] += 1
+    return tuple(levels)
 
 
 @dataclass(frozen=True)

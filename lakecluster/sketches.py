@@ -216,10 +216,19 @@ class Boundaries:
     column: str
     kind: Kind
     edges: np.ndarray
-    # Middle of each range in the column's distribution (0..1): where its rows sit by depth.
+    # Where each range starts in the column's distribution (fraction of rows below it, 0..1).
     # Equal-depth levels (``level_of``) come from it, so a column's coarse splits cut its rows,
     # not its distinct values, into equal parts.
-    depth: np.ndarray | None = None
+    starts: np.ndarray | None = None
+
+    def _starts(self) -> np.ndarray:
+        n = len(self.edges)
+        return self.starts if self.starts is not None else np.arange(n, dtype=np.float64) / max(n, 1)
+
+    def mass(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Fraction of the column's rows with ranks ``lo..hi`` (inclusive)."""
+        ends = np.append(self._starts(), 1.0)
+        return ends[np.asarray(hi) + 1] - ends[np.asarray(lo)]
 
     def __len__(self) -> int:
         return len(self.edges)
@@ -249,10 +258,11 @@ class Boundaries:
 
     def level_of(self, ranks: np.ndarray, levels: int) -> np.ndarray:
         """Equal-depth level ``0..levels-1`` of each rank."""
-        depth = self.depth if self.depth is not None else (np.arange(len(self.edges)) + 0.5) / max(len(self.edges), 1)
-        if len(depth) == 0:
+        if len(self.edges) == 0:
             return np.zeros(len(ranks), dtype=np.int64)
-        return np.clip((depth[ranks] * levels).astype(np.int64), 0, levels - 1)
+        bounds = np.append(self._starts(), 1.0)
+        middle = (bounds[:-1] + bounds[1:]) / 2
+        return np.clip((middle[ranks] * levels).astype(np.int64), 0, levels - 1)
 
 
 class BoundarySketches:
@@ -289,8 +299,7 @@ class BoundarySketches:
         values = np.asarray(quantiles, dtype=np.float64 if sketch.kind == "numeric" else str)
         edges, first = np.unique(values, return_index=True)
         # quantiles are sorted: range i spans fractions first[i]/k .. first[i+1]/k
-        ends = np.append(first[1:], k)
-        return Boundaries(column, sketch.kind, edges, (first + ends) / (2.0 * k))
+        return Boundaries(column, sketch.kind, edges, first / float(k))
 
     def ranks(self, column: str, values: pa.Array | pa.ChunkedArray, k: int = 1024) -> np.ndarray:
         return self.boundaries(column, k).ranks(values)

@@ -144,7 +144,7 @@ def referenced_paths(table: DeltaTable) -> set[str]:
     return set(pa.table(actions)["path"].to_pylist()) if actions.num_rows else set()
 
 
-def remove_orphans(table: DeltaTable, uri: str, *, name_prefix: str) -> list[str]:
+def remove_orphans(table: DeltaTable, uri: str, *, name_prefix: str, min_age_s: float = 0.0) -> list[str]:
     """Delete data files named ``part-<name_prefix>...`` that the log does not reference.
 
     Used by a writer on start-up for its own leftovers (files written by an attempt that crashed
@@ -160,7 +160,9 @@ def remove_orphans(table: DeltaTable, uri: str, *, name_prefix: str) -> list[str
         rel = os.path.relpath(info.path, root).replace(os.sep, "/")
         if rel.startswith("_") or not os.path.basename(rel).startswith(f"part-{name_prefix}"):
             continue
-        if rel not in referenced:
+        # min_age_s spares files another process with the same prefix may be writing right now
+        old_enough = info.mtime is None or time.time() - info.mtime.timestamp() >= min_age_s
+        if rel not in referenced and old_enough:
             fs.delete_file(info.path)
             removed.append(rel)
     return removed

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,9 @@ from dataclasses import dataclass
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 
+from lakecluster import metrics
 from lakecluster.config import Config
+from lakecluster.faults import crash_point
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import arrow_schema
 from lakecluster.sketch_store import SketchStore, load_or_empty
@@ -31,7 +32,6 @@ from lakecluster.stream.batch_task import OUTPUT_DDL, QUARANTINE_SCHEMA, TaskSpe
 from lakecluster.table import TableSpec, commit_appends, committed_version, open_or_create, remove_orphans
 
 log = logging.getLogger(__name__)
-CRASH_ENV = "LAKECLUSTER_TEST_CRASH_AT"  # "<point>:<batch id>", see _crash_point
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,7 @@ class BatchReport:
 
 
 def _crash_point(point: str, batch_id: int) -> None:
-    """Test hook: die here, for real (SIGKILL-like ``os._exit``), to prove crash consistency."""
-    if os.environ.get(CRASH_ENV) == f"{point}:{batch_id}":
-        log.error("test crash at %s of batch %d", point, batch_id)
-        os._exit(137)
+    crash_point(f"{point}:{batch_id}")
 
 
 def table_spec(config: Config) -> TableSpec:
@@ -141,6 +138,13 @@ class StreamSink:
         ))  # fmt: skip
 
     def _report(self, report: BatchReport) -> None:
+        if not report.skipped:
+            metrics.STREAM_BATCHES.inc()
+            metrics.STREAM_ROWS.inc(report.rows)
+            metrics.STREAM_QUARANTINED.inc(report.quarantined)
+            metrics.STREAM_FILES.inc(report.files)
+            metrics.STREAM_BATCH_SECONDS.observe(report.seconds)
+            metrics.TABLE_VERSION.set(report.table_version)
         if self.on_batch is not None:
             self.on_batch(report)
 

@@ -1,0 +1,190 @@
+"""Choose what to rewrite: groups of files by benefit, per partition, bounded work per run.
+
+Files belong to *runs*. A file written by the stream (or any other writer) is generation 0: small
+and unclustered. A compaction writes one clustered run of generation ``g`` (its files are named
+``part-g<g>-<run id>-...``). The policy is tiered, as in LSM trees and liquid clustering:
+
+* generation-0 files of a partition are gathered into groups (at least ``min_input_files`` files,
+  at most ``max_group_bytes``) and each group becomes a run of generation 1;
+* when a partition holds ``merge_fanout`` runs of the same generation ``g < max_generation``,
+  they are merged (re-clustered together) into one run of generation ``g + 1``, because one
+  clustered run of n files skips far better than several small ones (brief §6);
+* a run's files smaller than ``min_file_bytes`` ride along with the next group of the partition.
+
+Each row is rewritten at most once per generation, so write amplification is bounded by about
+``max_generation`` + 1, and the work of a run grows with new data, not with the table size.
+Large files of settled runs are never touched.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from lakecluster.config import CompactionConfig
+from lakecluster.sketches import BoundarySketches
+
+_RUN_FILE = re.compile(r"part-g(\d+)-([0-9a-f]+)-")
+
+
+@dataclass(frozen=True)
+class DataFile:
+    path: str
+    size: int
+    rows: int
+    partition: tuple[tuple[str, str | None], ...]
+    generation: int
+    run: str | None  # None for generation 0
+
+    @property
+    def partition_values(self) -> dict[str, str | None]:
+        return dict(self.partition)
+
+
+def file_run(path: str) -> tuple[int, str | None]:
+    """(generation, run id) from a data file name; generation 0 when not written by compaction."""
+    m = _RUN_FILE.search(path.rsplit("/", 1)[-1])
+    return (int(m.group(1)), m.group(2)) if m else (0, None)
+
+
+@dataclass(frozen=True)
+class Group:
+    partition: tuple[tuple[str, str | None], ...]
+    files: tuple[DataFile, ...]
+    generation: int  # of the run this group becomes
+    reason: str
+
+    @property
+    def partition_values(self) -> dict[str, str | None]:
+        return dict(self.partition)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    def expected_files(self, target_file_bytes: int) -> int:
+        return max(1, math.ceil(self.bytes / target_file_bytes))
+
+
+@dataclass
+class Plan:
+    table_version: int
+    groups: list[Group] = field(default_factory=list)
+    files_total: int = 0
+    bytes_total: int = 0
+
+
+def snapshot_files(table: DeltaTable, partition_by: Sequence[str]) -> tuple[list[DataFile], pa.Table]:
+    """The table's live files, and the raw add-action table (with min/max stats)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    files = []
+    paths = actions["path"].to_pylist()
+    sizes = actions["size_bytes"].to_pylist()
+    rows = actions["num_records"].to_pylist() if "num_records" in actions.column_names else [0] * len(paths)
+    parts = {
+        name: [None if v is None else str(v) for v in actions[f"partition.{name}"].to_pylist()]
+        for name in partition_by
+        if f"partition.{name}" in actions.column_names
+    }
+    for i, path in enumerate(paths):
+        gen, run = file_run(path)
+        partition = tuple((name, parts[name][i]) for name in partition_by if name in parts)
+        files.append(DataFile(path, int(sizes[i]), int(rows[i] or 0), partition, gen, run))
+    return files, actions
+
+
+def plan(table: DeltaTable, partition_by: Sequence[str], cfg: CompactionConfig) -> Plan:
+    files, _ = snapshot_files(table, partition_by)
+    result = Plan(table.version(), files_total=len(files), bytes_total=sum(f.size for f in files))
+    by_partition: dict[tuple, list[DataFile]] = defaultdict(list)
+    for f in files:
+        by_partition[f.partition].append(f)
+    candidates: list[Group] = []
+    for partition, pfiles in sorted(by_partition.items(), key=lambda kv: str(kv[0])):
+        candidates.extend(_partition_groups(partition, pfiles, cfg))
+    # Most benefit first: merges of many files per byte rewritten.
+    candidates.sort(key=lambda g: (-len(g.files) / max(g.bytes, 1), g.generation))
+    result.groups = candidates[: cfg.max_groups_per_run]
+    return result
+
+
+def _partition_groups(partition: tuple, files: list[DataFile], cfg: CompactionConfig) -> list[Group]:
+    groups: list[Group] = []
+    runs: dict[str, list[DataFile]] = defaultdict(list)
+    fresh: list[DataFile] = []
+    for f in files:
+        if f.run is None:
+            fresh.append(f)
+        else:
+            runs[f.run].append(f)
+    small_tails = [f for rf in runs.values() for f in rf if f.size < cfg.min_file_bytes]
+
+    # 1. Runs of one generation merge into the next once there are merge_fanout of them.
+    used: set[str] = set()
+    by_gen: dict[int, list[str]] = defaultdict(list)
+    for run, rf in runs.items():
+        by_gen[rf[0].generation].append(run)
+    for gen in sorted(by_gen):
+        if gen >= cfg.max_generation:
+            continue
+        ids = sorted(by_gen[gen])
+        while len(ids) >= cfg.merge_fanout:
+            chosen, ids = ids[: cfg.merge_fanout], ids[cfg.merge_fanout :]
+            merged = tuple(f for r in chosen for f in runs[r])
+            if sum(f.size for f in merged) > cfg.max_group_bytes:
+                continue  # too big to merge: the run stays as it is (bounded work)
+            used.update(chosen)
+            groups.append(Group(partition, merged, gen + 1, f"merge {len(chosen)} generation-{gen} runs"))
+
+    # 2. Unclustered files (and small files of settled runs) become new generation-1 runs.
+    loose = fresh + [f for f in small_tails if f.run not in used]
+    loose.sort(key=lambda f: f.path)
+    batch: list[DataFile] = []
+    for f in loose:
+        if batch and sum(x.size for x in batch) + f.size > cfg.max_group_bytes:
+            groups.append(_fresh_group(partition, batch))
+            batch = []
+        batch.append(f)
+    if len(batch) >= cfg.min_input_files:
+        groups.append(_fresh_group(partition, batch))
+    return groups  # a remainder below min_input_files waits for more data
+
+
+def _fresh_group(partition: tuple, files: list[DataFile]) -> Group:
+    n_fresh = sum(1 for f in files if f.run is None)
+    reason = f"cluster {n_fresh} unclustered file(s)"
+    if n_fresh < len(files):
+        reason += f" + {len(files) - n_fresh} small file(s) of earlier runs"
+    return Group(partition, tuple(files), 1, reason)
+
+
+def clustering_depth(actions: pa.Table, paths: Sequence[str], sketches: BoundarySketches, column: str,
+                     k: int = 1024) -> float:  # fmt: skip
+    """Mean number of the given files whose [min, max] of ``column`` holds a value (by depth).
+
+    The expected files a point query on ``column`` reads among these files; a well clustered set
+    of n files reaches about ``n / levels``, an unclustered one n.
+    """
+    if not paths:
+        return 0.0
+    rows = actions.filter(pc.is_in(actions["path"], value_set=pa.array(list(paths))))
+    if f"min.{column}" not in rows.column_names:
+        return float(len(paths))
+    b = sketches.boundaries(column, k)
+    if len(b) == 0:
+        return float(len(paths))
+    covered = b.mass(b.ranks(rows[f"min.{column}"]), b.ranks(rows[f"max.{column}"]))
+    no_stats = rows[f"min.{column}"].is_null().to_numpy(zero_copy_only=False)
+    return float(np.where(no_stats, 1.0, covered).sum())  # files without stats must be read

@@ -1,0 +1,62 @@
+"""Prometheus metrics of the stream and the compactor, on one registry and one HTTP endpoint.
+
+Names follow Prometheus conventions (``_total`` counters, ``_seconds``, ``_bytes``). Every metric
+is listed with its meaning in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+STREAM_BATCHES = Counter("lakecluster_stream_batches_total", "Micro-batches committed", registry=REGISTRY)
+STREAM_ROWS = Counter("lakecluster_stream_rows_total", "Rows committed to the table", registry=REGISTRY)
+STREAM_QUARANTINED = Counter("lakecluster_stream_quarantined_total", "Records sent to the quarantine table",
+                             registry=REGISTRY)  # fmt: skip
+STREAM_FILES = Counter("lakecluster_stream_files_total", "Data files written by the stream", registry=REGISTRY)
+STREAM_BATCH_SECONDS = Histogram("lakecluster_stream_batch_seconds", "Wall time of a micro-batch (write+commit)",
+                                 registry=REGISTRY, buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))  # fmt: skip
+
+COMPACTION_RUNS = Counter("lakecluster_compaction_runs_total", "Compaction planning rounds", registry=REGISTRY)
+COMPACTION_GROUPS = Counter("lakecluster_compaction_groups_total", "Groups by outcome", ["result"], registry=REGISTRY)
+COMPACTION_FILES_IN = Counter("lakecluster_compaction_files_removed_total", "Input files rewritten",
+                              registry=REGISTRY)  # fmt: skip
+COMPACTION_FILES_OUT = Counter("lakecluster_compaction_files_added_total", "Output files written",
+                               registry=REGISTRY)  # fmt: skip
+COMPACTION_BYTES_IN = Counter("lakecluster_compaction_bytes_read_total", "Bytes of input files rewritten",
+                              registry=REGISTRY)  # fmt: skip
+COMPACTION_BYTES_OUT = Counter("lakecluster_compaction_bytes_written_total", "Bytes of output files",
+                               registry=REGISTRY)  # fmt: skip
+COMPACTION_GROUP_SECONDS = Histogram("lakecluster_compaction_group_seconds", "Wall time of one group rewrite",
+                                     registry=REGISTRY, buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 900))  # fmt: skip
+COMPACTION_LEFTOVERS = Counter("lakecluster_compaction_leftover_files_deleted_total",
+                               "Unreferenced files of abandoned rewrites deleted", registry=REGISTRY)  # fmt: skip
+
+TABLE_VERSION = Gauge("lakecluster_table_version", "Delta version last seen", registry=REGISTRY)
+TABLE_FILES = Gauge("lakecluster_table_files", "Live data files", registry=REGISTRY)
+TABLE_BYTES = Gauge("lakecluster_table_bytes", "Bytes of live data files", registry=REGISTRY)
+FILES_SCANNED = Gauge("lakecluster_point_query_files_estimate",
+                      "Expected files a point query on the column reads (clustering depth)", ["column"],
+                      registry=REGISTRY)  # fmt: skip
+PENDING_GROUPS = Gauge("lakecluster_compaction_pending_groups", "Groups the last plan found", registry=REGISTRY)
+
+_server_lock = threading.Lock()
+_server_port: int | None = None
+
+
+def serve(port: int, host: str = "0.0.0.0") -> int | None:
+    """Start the /metrics endpoint once per process (port 0 = off). Returns the port."""
+    global _server_port
+    if port == 0:
+        return None
+    with _server_lock:
+        if _server_port is None:
+            start_http_server(port, addr=host, registry=REGISTRY)
+            _server_port = port
+            log.info("metrics on http://%s:%d/metrics", host, port)
+        return _server_port

@@ -1,0 +1,61 @@
+"""Levels per column, cell-to-file assignment and file splitting (pure functions)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lakecluster.compaction.planner import file_run
+from lakecluster.layout import ClusteringLayout, assign_files, choose_levels, pieces
+from lakecluster.sketches import BoundarySketches, ColumnSketch
+
+
+@pytest.mark.parametrize("target", [1, 3, 8, 100, 1000, 5000])
+def test_levels_multiply_to_about_the_target_and_are_balanced(target: int) -> None:
+    levels = choose_levels(target, [1000, 1000, 1000])
+    assert target / 2 <= math.prod(levels) <= 1.5 * target
+    assert max(levels) - min(levels) <= 1
+
+
+def test_a_low_cardinality_column_gives_its_budget_to_the_others() -> None:
+    levels = choose_levels(1000, [5, 250, 1000])
+    assert levels[0] == 5
+    assert levels[1] == levels[2] and 800 <= math.prod(levels) <= 1500
+
+
+def test_weights_shift_resolution_to_the_favoured_column() -> None:
+    even = choose_levels(1000, [1000, 1000, 1000])
+    weighted = choose_levels(1000, [1000, 1000, 1000], [2, 1, 1])
+    assert weighted[0] > even[0] and weighted[1] < even[1]
+
+
+def test_cells_become_files_and_small_cells_are_merged_along_the_curve() -> None:
+    assert assign_files([100, 100, 100], 100) == [0, 1, 2]
+    assert assign_files([30, 30, 30, 100, 20], 100) == [0, 0, 0, 1, 2]
+    assert assign_files([10, 500, 10], 100) == [0, 1, 2]
+
+
+def test_a_heavy_cell_is_cut_into_pieces_of_about_the_target() -> None:
+    assert pieces(1000, 100) == 10
+    assert pieces(120, 100) == 1
+    assert pieces(10, 100) == 1
+
+
+def test_run_and_generation_are_read_from_file_names() -> None:
+    assert file_run("d_year=1995/part-g02-0a1b2c3d4e5f-abcd-c0000.snappy.parquet") == (2, "0a1b2c3d4e5f")
+    assert file_run("d_year=1995/part-s0000000004-abcd-c0000.snappy.parquet") == (0, None)
+
+
+def test_equal_depth_levels_split_rows_evenly_for_a_skewed_column() -> None:
+    rng = np.random.default_rng(0)
+    values = pa.array(rng.zipf(1.5, 200_000).clip(max=10_000).astype(np.float64))
+    sketch = ColumnSketch("numeric", k=400)
+    sketch.update(values)
+    layout = ClusteringLayout.build(BoundarySketches({"x": sketch}), ["x"], curve="hilbert", target_cells=4)
+    b = layout.boundaries[0]
+    counts = np.bincount(b.level_of(b.ranks(values), 4), minlength=4)
+    # value 1 alone holds ~38% of the rows: it is one level; the rest split the remainder
+    assert counts.max() < 0.5 * len(values) and (counts > 0).sum() >= 3
