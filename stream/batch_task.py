@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakecluster.curves import argsort_keys
+from lakecluster.layout import ClusteringLayout
 from lakecluster.parquet_files import WrittenFile, write_files
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.sketches import ColumnSketch, sketch_kind
@@ -51,6 +53,7 @@ class TaskSpec:
     build_sketches: bool
     max_rows_per_file: int
     parse_json: bool  # raw Kafka records in, parsed here; else rows already typed (generator)
+    layout: ClusteringLayout | None = None  # cluster on write: sort rows by the curve key first
 
     @property
     def file_prefix(self) -> str:
@@ -83,7 +86,12 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
 
     rows: list[dict] = []
     if valid_parts:
-        files = write_files(spec.table_uri, pa.concat_tables(valid_parts), partition_by=spec.partition_by,
+        data = pa.concat_tables(valid_parts)
+        if spec.layout is not None and data.num_rows > 1:
+            # Rows in curve order: narrow row groups now, and files cut along the key when a task
+            # has more rows than one file.
+            data = data.take(pa.array(argsort_keys(spec.layout.keys(data)[1])))
+        files = write_files(spec.table_uri, data, partition_by=spec.partition_by,
                             prefix=spec.file_prefix, max_rows_per_file=spec.max_rows_per_file)  # fmt: skip
         rows.extend(_file_row("table", f) for f in files)
     if bad_parts:

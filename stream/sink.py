@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame
 from lakecluster import metrics
 from lakecluster.config import Config
 from lakecluster.faults import crash_point
+from lakecluster.layout import ClusteringLayout
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import arrow_schema
 from lakecluster.sketch_store import SketchStore, load_or_empty
@@ -99,6 +100,7 @@ class StreamSink:
             build_sketches=not sketch_done,
             max_rows_per_file=self.config.table.target_file_rows,
             parse_json=self.is_kafka,
+            layout=self._write_layout(),
         )
         rows = batch_df.mapInArrow(functools.partial(run_task, spec), OUTPUT_DDL).collect()
         table_files = [_written(r) for r in rows if r["kind"] == "table"]
@@ -136,6 +138,14 @@ class StreamSink:
             seconds=time.monotonic() - started,
             table_version=self.table.version(),
         ))  # fmt: skip
+
+    def _write_layout(self) -> ClusteringLayout | None:
+        """The current boundaries as a sort order for this batch (``stream.cluster_on_write``)."""
+        if not self.config.stream.cluster_on_write:
+            return None
+        return ClusteringLayout.build(self.sketches, [c.name for c in self.sketch_columns],
+                                      curve=self.config.compaction.curve, target_cells=1,
+                                      k=self.config.sketches.boundaries)  # fmt: skip
 
     def _report(self, report: BatchReport) -> None:
         if not report.skipped:
