@@ -1,0 +1,185 @@
+"""Files scanned by single-column point queries, per layout, next to the bound N^(2/3).
+
+    python bench/skipping.py --rows 1000000 --files 1000
+
+SSB-like table: s_city and c_city (250 values each), p_brand (1000 values sharing the prefix
+"MFGR#"), uniform and Zipf-skewed brand variants. The same rows are laid out as: random (what a
+stream writes), linear sort, Z and Hilbert on 10-bit sampled ranks (Delta / Hudi "sample"),
+lakecluster's layout (equal-depth levels per column, cells as files — the same code the
+compactor runs), and delta-rs ``optimize.z_order`` run for real on the same rows. For every
+layout, files are equal-row cuts of the ordering (lakecluster: whole cells); the count is the mean
+over 20 values per column of files whose [min, max] holds the value. Also: rewrite throughput of
+delta-rs z_order vs lakecluster's key computation + sort on the same rows (MB/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.ingest import write_section  # noqa: E402
+from lakecluster.curves import argsort_keys, curve_key  # noqa: E402
+from lakecluster.layout import ClusteringLayout, assign_files, pieces  # noqa: E402
+from lakecluster.sketches import BoundarySketches, ColumnSketch  # noqa: E402
+
+COLUMNS = ("s_city", "c_city", "p_brand")
+
+
+def make_table(rows: int, zipf: bool, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    cities = np.array([f"NATION{i // 10:02d}{i % 10}" for i in range(250)])
+    brands = np.array([f"MFGR#{i:04d}" for i in range(1000)])
+    if zipf:
+        p = 1 / np.arange(1, 1001) ** 1.0
+        brand_idx = rng.choice(1000, rows, p=p / p.sum())
+        brands = brands[rng.permutation(1000)]
+    else:
+        brand_idx = rng.integers(0, 1000, rows)
+    return pa.table({
+        "s_city": cities[rng.integers(0, 250, rows)], "c_city": cities[rng.integers(0, 250, rows)],
+        "p_brand": brands[brand_idx], "lo_revenue": rng.integers(1, 10**6, rows),
+    })  # fmt: skip
+
+
+def files_scanned(table: pa.Table, file_of_row: np.ndarray, seed: int = 5) -> list[float]:
+    """Mean files whose [min, max] holds the value, over 20 values per column."""
+    out = []
+    n_files = int(file_of_row.max()) + 1
+    for c in COLUMNS:
+        codes = np.unique(table[c].to_numpy(zero_copy_only=False), return_inverse=True)[1]
+        lo = np.full(n_files, np.iinfo(np.int64).max)
+        hi = np.full(n_files, -1)
+        np.minimum.at(lo, file_of_row, codes)
+        np.maximum.at(hi, file_of_row, codes)
+        values = np.random.default_rng(seed).choice(codes.max() + 1, 20, replace=False)
+        out.append(float(np.mean([((lo <= v) & (hi >= v)).sum() for v in values])))
+    return out
+
+
+def equal_cuts(order: np.ndarray, files: int) -> np.ndarray:
+    file_of_row = np.empty(len(order), dtype=np.int64)
+    file_of_row[order] = (np.arange(len(order)) * files) // len(order)
+    return file_of_row
+
+
+def sketches_of(table: pa.Table) -> BoundarySketches:
+    out = {}
+    for c in COLUMNS:
+        s = ColumnSketch("string")
+        s.update(table[c])
+        out[c] = s
+    return BoundarySketches(out)
+
+
+def lakecluster_layout(table: pa.Table, files: int, curve: str = "hilbert") -> tuple[np.ndarray, float]:
+    started = time.perf_counter()
+    layout = ClusteringLayout.build(sketches_of(table), COLUMNS, curve=curve, target_cells=files)  # type: ignore[arg-type]
+    cell, key = layout.keys(table)
+    order = argsort_keys(key)
+    n = table.num_rows
+    cells = np.ascontiguousarray(cell[order]).view(f"S{cell.shape[1]}").ravel()
+    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+    counts = np.diff(np.r_[starts, n])
+    target = n // files
+    assignment = np.repeat(assign_files(counts.tolist(), target), counts)
+    file_sorted = np.empty(n, dtype=np.int64)
+    bounds = np.flatnonzero(np.r_[True, assignment[1:] != assignment[:-1]])
+    next_id = 0
+    for b, e in zip(bounds, np.r_[bounds[1:], n], strict=True):
+        k = pieces(int(e - b), target)
+        file_sorted[b:e] = next_id + (np.arange(e - b) * k) // (e - b)
+        next_id += k
+    file_of_row = np.empty(n, dtype=np.int64)
+    file_of_row[order] = file_sorted
+    return file_of_row, time.perf_counter() - started
+
+
+def delta_rs_zorder(table: pa.Table, files: int, workdir: Path) -> tuple[np.ndarray, float, int]:
+    """Write the rows as ``files`` random files with delta-rs, z_order them, map rows to files."""
+    from deltalake import DeltaTable, write_deltalake
+
+    path = str(workdir / "zorder")
+    ids = pa.array(np.arange(table.num_rows))
+    data = table.append_column("row_id", ids)
+    chunk = -(-data.num_rows // files)
+    for start in range(0, data.num_rows, chunk):
+        write_deltalake(path, data.slice(start, chunk), mode="append")
+    dt = DeltaTable(path)
+    in_bytes = sum(pa.table(dt.get_add_actions(flatten=True))["size_bytes"].to_pylist())
+    size = max(1, in_bytes // files)
+    started = time.perf_counter()
+    dt.optimize.z_order(list(COLUMNS), target_size=size)
+    seconds = time.perf_counter() - started
+    dt = DeltaTable(path)
+    file_of_row = np.empty(table.num_rows, dtype=np.int64)
+    import pyarrow.parquet as pq
+
+    for i, uri in enumerate(dt.file_uris()):
+        file_of_row[pq.read_table(uri.replace("file://", ""), columns=["row_id"])["row_id"].to_numpy()] = i
+    return file_of_row, seconds, in_bytes
+
+
+def run_variant(rows: int, files: int, zipf: bool, workdir: Path) -> tuple[list[tuple[str, list[float], int]], dict]:
+    table = make_table(rows, zipf)
+    results = []
+    rng = np.random.default_rng(9)
+    results.append(("random (stream order)", files_scanned(table, equal_cuts(rng.permutation(rows), files)), files))
+    linear = np.lexsort([table[c].to_numpy(zero_copy_only=False) for c in reversed(COLUMNS)])
+    results.append(("linear sort (s, c, p)", files_scanned(table, equal_cuts(linear, files)), files))
+    layout = ClusteringLayout.build(sketches_of(table), COLUMNS, curve="hilbert", target_cells=files)
+    ranks = [r.astype(np.int64) for r in layout.ranks(table)]
+    for curve, label in (
+        ("zorder", "Z on sampled ranks, 10 bits/column"),
+        ("hilbert", "Hilbert on sampled ranks, 10 bits/column"),
+    ):
+        order = argsort_keys(curve_key(curve, ranks, [10, 10, 10]))  # type: ignore[arg-type]
+        results.append((label, files_scanned(table, equal_cuts(order, files)), files))
+    file_of_row, zseconds, in_bytes = delta_rs_zorder(table, files, workdir)
+    results.append(("delta-rs 1.6.6 optimize.z_order", files_scanned(table, file_of_row), int(file_of_row.max()) + 1))
+    file_of_row, lseconds = lakecluster_layout(table, files)
+    results.append(("**lakecluster** (levels per column, cells as files)", files_scanned(table, file_of_row),
+                    int(file_of_row.max()) + 1))  # fmt: skip
+    return results, {"zorder_s": zseconds, "lakecluster_key_sort_s": lseconds, "bytes": in_bytes}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--files", type=int, default=1000)
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    command = f"python bench/skipping.py --rows {args.rows} --files {args.files}"
+    out = [f"## Skipping: files scanned by point queries\n\n`{command}` — SSB-like rows, "
+           "s_city and c_city 250 values, p_brand 1000 values sharing the prefix `MFGR#`; mean over 20 "
+           "point values per column of files whose [min, max] holds the value. Bound: N^(2/3).\n"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for zipf in (False, True):
+            results, timing = run_variant(args.rows, args.files, zipf, Path(tmp) / str(zipf))
+            name = "Zipf-skewed p_brand" if zipf else "uniform"
+            out.append(f"\n### {name}\n\n| layout | files | s_city | c_city | p_brand | mean | × N^(2/3) |\n"
+                       "|---|---:|---:|---:|---:|---:|---:|\n")  # fmt: skip
+            for label, scanned, n in results:
+                mean = sum(scanned) / 3
+                out.append(f"| {label} | {n} | {scanned[0]:.0f} | {scanned[1]:.0f} | {scanned[2]:.0f} | "
+                           f"{mean:.1f} | {mean / n ** (2 / 3):.2f} |\n")  # fmt: skip
+            mb = timing["bytes"] / 1e6
+            out.append(f"\nRewrite speed on the same {mb:.0f} MB: delta-rs z_order {mb / timing['zorder_s']:.1f} MB/s; "
+                       f"lakecluster key + sort in numpy {mb / timing['lakecluster_key_sort_s']:.1f} MB/s "
+                       "(the in-process part of the compactor; the Spark rewrite adds I/O).\n")  # fmt: skip
+    section = "".join(out)
+    print(section)
+    if not args.no_write:
+        write_section(REPO / "docs" / "benchmarks.md", "## Skipping", section)
+
+
+if __name__ == "__main__":
+    main()
