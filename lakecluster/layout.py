@@ -57,7 +57,7 @@ def choose_levels(target_cells: float, caps: Sequence[int], weights: Sequence[fl
     # Round up the columns that lost most to the floor while the cell count stays near the target.
     for i in sorted(range(d), key=lambda j: levels[j] / ideal[j]):
         grown = math.prod(levels) // levels[i] * (levels[i] + 1)
-        if levels[i] < caps[i] and grown <= 1.5 * target_cells:
+        if levels[i] < caps[i] and grown <= 1.15 * target_cells:
             levels[i] += 1
     return tuple(levels)
 

@@ -39,5 +39,7 @@ def test_files_cut_from_a_sorted_batch_are_narrower(spark, tmp_path: Path) -> No
         StreamJob(config, spark=spark, available_now=True).run()
         assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 12_000
         depth[on] = _depth(table)
-    # 16 files of 500 rows from two sorted batches vs the same files cut from unsorted ones
-    assert depth[True] < 0.5 * depth[False], depth
+    # Unsorted, each of the 16 files spans every value: depth 16. Cut from a Hilbert order, the
+    # 8 files of a batch each cover about half of every column's range (8 = 2^3 sub-cubes): ~8.
+    assert depth[False] > 15
+    assert depth[True] < 0.7 * depth[False], depth
