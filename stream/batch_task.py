@@ -71,11 +71,12 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         table = pa.Table.from_batches([batch])
         if parser is not None:
             parsed = parser.parse(batch.column("value"))
-            is_bad = pc.invert(parsed.valid)
+            is_valid = parsed.valid
+            is_bad = pc.invert(is_valid)
             if spec.write_quarantine and is_bad.true_count:
                 bad_parts.append(_quarantine_rows(table.filter(is_bad), parsed.reasons.filter(is_bad), now,
                                                   spec.batch_id))  # fmt: skip
-            table = parsed.table.filter(parsed.valid)
+            table = parsed.table.filter(is_valid)
         valid = pa.Table.from_arrays([table[c.name].cast(schema.field(c.name).type) for c in spec.columns],
                                      schema=schema)  # fmt: skip
         if spec.build_sketches:

@@ -126,12 +126,18 @@ def test_second_compactor_of_the_same_files_conflicts_and_commits_nothing(spark,
     assert on_disk <= referenced
 
 
-def test_two_compactor_processes_at_once_never_duplicate_rows(tmp_path: Path) -> None:
-    table = tmp_path / "t"
+def stream_in_subprocess(table: Path) -> list[str]:
+    """Fill ``table`` with 9,000 generator rows by a `lakecluster stream` process; its CLI args."""
     args = [f"--set=table.path={table}", *[f"--set={k}={v}" for k, v in SMALL.items()]]
     subprocess.run(lakecluster_cmd(*args, "--set=source.generator.max_rows=9000",
                                    "--set=source.generator.max_rows_per_trigger=3000", "stream", "--available-now"),
                    check=True, env=subprocess_env(), capture_output=True)  # fmt: skip
+    return args
+
+
+def test_two_compactor_processes_at_once_never_duplicate_rows(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    args = stream_in_subprocess(table)
     before = read_delta(table)
     procs = [subprocess.Popen(lakecluster_cmd(*args, "compact", "--once"), env=subprocess_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
@@ -146,10 +152,7 @@ def test_two_compactor_processes_at_once_never_duplicate_rows(tmp_path: Path) ->
 
 def test_compactor_killed_before_commit_leaves_table_intact_and_leftovers_are_removed(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    args = [f"--set=table.path={table}", *[f"--set={k}={v}" for k, v in SMALL.items()]]
-    subprocess.run(lakecluster_cmd(*args, "--set=source.generator.max_rows=9000",
-                                   "--set=source.generator.max_rows_per_trigger=3000", "stream", "--available-now"),
-                   check=True, env=subprocess_env(), capture_output=True)  # fmt: skip
+    args = stream_in_subprocess(table)
     before = read_delta(table)
     version = DeltaTable(str(table)).version()
     crashed = subprocess.run(lakecluster_cmd(*args, "compact", "--once"), capture_output=True,
