@@ -61,6 +61,8 @@ class RecordParser:
         )
         self._required = [c.name for c in self.columns if c.required]
         self._dates = [c.name for c in self.columns if c.type == "date"]
+        # decimal(38, s) is bounded by Arrow's type itself; narrower ones need a check
+        self._decimals = [(c.name, *c.decimal) for c in self.columns if c.decimal and c.decimal[0] < 38]
 
     def parse(self, values: pa.Array) -> Parsed:
         """Parse Kafka record values (binary, may hold nulls) into the declared columns."""
@@ -129,6 +131,12 @@ class RecordParser:
         bad = np.zeros(table.num_rows, dtype=bool)
         for name in self._required:
             bad |= table[name].is_null().to_numpy(zero_copy_only=False)
+        for name, precision, scale in self._decimals:
+            # Arrow does not check the precision: 100000000 lands in a decimal(10,2) column.
+            wide = pa.decimal128(38, scale)
+            limit = pa.scalar(decimal.Decimal(10) ** (precision - scale), wide)
+            too_big = pc.greater_equal(pc.abs(table[name].cast(wide)), limit).fill_null(False)
+            bad |= too_big.to_numpy(zero_copy_only=False)
         for name in self._dates:
             text = table[name]
             day = pc.strptime(text, format="%Y-%m-%d", unit="s", error_is_null=True)
@@ -256,7 +264,10 @@ def _to_decimal(raw: Any, precision: int, scale: int) -> Any:
     value = decimal.Decimal(raw)
     if not value.is_finite():
         return _INVALID
-    quantized = value.quantize(decimal.Decimal(1).scaleb(-scale), context=decimal.Context(prec=100))
+    try:
+        quantized = value.quantize(decimal.Decimal(1).scaleb(-scale), context=decimal.Context(prec=100))
+    except decimal.InvalidOperation:  # more digits than any decimal(38, s) holds
+        return _INVALID
     if quantized != value or abs(quantized) >= decimal.Decimal(10) ** (precision - scale):
         return _INVALID  # would be rounded, or does not fit the precision
     return quantized

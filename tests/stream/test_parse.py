@@ -124,6 +124,17 @@ def test_reasons_name_the_problem() -> None:
     ]
 
 
+def test_decimals_too_large_for_the_column_are_rejected_not_crashed_on() -> None:
+    values = [b'{"id": 1, "amount": 100000000}', b'{"id": 2, "amount": 1e+98}', b'{"id": 3, "amount": 99999999.99}']
+    parsed = RecordParser(COLUMNS).parse(pa.array(values, pa.binary()))
+    assert parsed.reasons.to_pylist() == [
+        "field amount: expected decimal(10,2), got number 100000000",
+        "field amount: expected decimal(10,2), got number 1E+98",
+        None,
+    ]
+    assert str(parsed.table.column("amount")[2].as_py()) == "99999999.99"
+
+
 def test_rows_stay_aligned_with_their_records_around_malformed_ones() -> None:
     values = [json.dumps({"id": i, "city": f"c{i}"}).encode() for i in range(1000)]
     values[10] = b'{"id": 10}{"id": 11}'  # two objects in one value
