@@ -1,7 +1,8 @@
 """Prometheus metrics of the stream and the compactor, on one registry and one HTTP endpoint.
 
 Names follow Prometheus conventions (``_total`` counters, ``_seconds``, ``_bytes``). Every metric
-is listed with its meaning in docs/operations.md.
+is listed with its meaning in docs/compaction.md ("Metrics"); tests/lakecluster/test_metrics.py
+checks them through a real Prometheus server against the Delta log.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 log = logging.getLogger(__name__)
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-STREAM_BATCHES = Counter("lakecluster_stream_batches_total", "Micro-batches committed", registry=REGISTRY)
+STREAM_BATCHES = Counter("lakecluster_stream_batches_total", "Micro-batches run (empty ones included)",
+                         registry=REGISTRY)  # fmt: skip
 STREAM_ROWS = Counter("lakecluster_stream_rows_total", "Rows committed to the table", registry=REGISTRY)
 STREAM_QUARANTINED = Counter("lakecluster_stream_quarantined_total", "Records sent to the quarantine table",
                              registry=REGISTRY)  # fmt: skip

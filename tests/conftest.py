@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.broker import Broker, start_broker
+from tests.prometheus import Prometheus, start_prometheus
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,6 +32,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         running = start_broker(log)
         yield running
         running.stop()
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """A real Prometheus server scraping 127.0.0.1:<prometheus.target_port> every second."""
+    server = start_prometheus(tmp_path_factory.mktemp("prometheus"))
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
