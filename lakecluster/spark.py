@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
@@ -32,10 +35,31 @@ def get_session(config: SparkConfig, app_name: str = "lakecluster") -> SparkSess
     builder = SparkSession.builder.master(config.master).appName(app_name)
     for key, value in {**BASE_CONF, **config.conf}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _start_outside_signals(builder.getOrCreate)
     spark.sparkContext.setLogLevel("WARN")
     register_sources(spark)
     return spark
+
+
+def _start_outside_signals(start: Callable[[], SparkSession]) -> SparkSession:
+    """Start the JVM with SIGTERM ignored, and keep the process's own SIGINT handler.
+
+    systemd (KillMode=control-group), `timeout` and `kill -- -pgid` signal the whole process
+    group. A JVM that died with it would turn the graceful stop of the driver (finish the batch,
+    stop the query) into a crash; the JVM inherits the ignored disposition and keeps it (PySpark
+    does the same for SIGINT), and the driver, which owns the shutdown, stops it. SparkContext
+    also replaces SIGINT with a handler that cancels jobs and raises KeyboardInterrupt, which
+    would bypass the "finish the current batch" handler the CLI installs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return start()
+    previous_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    previous_int = signal.getsignal(signal.SIGINT)
+    try:
+        return start()
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def register_sources(spark: SparkSession) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -14,8 +15,27 @@ from tests.broker import Broker, free_port
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 
 
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# How the stop arrives in production: docker/k8s signal the main process; systemd
+# (KillMode=control-group) and `timeout` signal every process of the group, the JVM and the
+# Python workers included; Ctrl-C in a terminal sends SIGINT to the foreground group.
+STOPS = {
+    "sigterm-to-driver": lambda proc: proc.send_signal(signal.SIGTERM),
+    "sigterm-to-group": lambda proc: os.killpg(proc.pid, signal.SIGTERM),
+    "ctrl-c-to-group": lambda proc: os.killpg(proc.pid, signal.SIGINT),
+}
+
+
 @pytest.mark.integration
-def test_no_arguments_runs_the_generator_and_sigterm_stops_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_no_arguments_runs_the_generator_and_a_stop_signal_stops_cleanly(tmp_path: Path, stop: str) -> None:
     proc = subprocess.Popen(
         lakecluster_cmd(
             "--set", "source.generator.rows_per_second=20000", "--set", "stream.trigger_interval_s=1", "stream"
@@ -25,6 +45,7 @@ def test_no_arguments_runs_the_generator_and_sigterm_stops_cleanly(tmp_path: Pat
         stderr=subprocess.STDOUT,
         text=True,
         env=subprocess_env(),
+        start_new_session=True,
     )
     assert proc.stdout is not None
     lines: list[str] = []
@@ -34,7 +55,7 @@ def test_no_arguments_runs_the_generator_and_sigterm_stops_cleanly(tmp_path: Pat
         if not line:
             break
         lines.append(line)
-    proc.send_signal(signal.SIGTERM)
+    STOPS[stop](proc)
     rest, _ = proc.communicate(timeout=120)
     output = "".join(lines) + rest
     assert proc.returncode == 0, output[-3000:]
@@ -42,6 +63,10 @@ def test_no_arguments_runs_the_generator_and_sigterm_stops_cleanly(tmp_path: Pat
     assert len(batch_lines) >= 2, output[-3000:]
     assert all(w in batch_lines[0] for w in ("rows", "rows/s", "files", "quarantined"))
     assert "stopped after" in output
+    deadline = time.monotonic() + 30
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not group_alive(proc.pid), "the JVM or a Python worker outlived the driver"
 
     table = read_delta(tmp_path / "lakecluster-data" / "lineorder")
     keys = sorted(table.column("lo_orderkey").to_pylist())
