@@ -1,0 +1,227 @@
+"""Steady state of stream + compactor: files scanned (× N^(2/3)) against write amplification.
+
+    python bench/steady_state.py
+
+The real stream (built-in SSB-like generator, cluster-on-write on, one unpartitioned table) runs
+micro-batches of ``--batch-rows`` rows split over ``--tasks`` tasks, so every micro-batch leaves
+``--tasks`` small files, each about 1/8 of a target file. After every ``--compact-every``
+micro-batches the compactor runs one round (the real one: planner, Spark rewrite, Delta commit),
+inside the stream's batch callback, so the interleaving is the same on every run. The run stops
+when the table holds ``--files`` target-size files of data (N = live bytes / target).
+
+Policies compared: the tiered planner at several thresholds (merge fan-out, generations), the
+stream alone, and "re-cluster the whole table every K compaction rounds" (the anchors' way: one
+group of every live file). For each: files a point query on s_city / c_city / p_brand reads
+(mean over 20 values each, from the files' min/max in the Delta log), at the end and averaged
+over the second half of the run, as a multiple of the bound N^(2/3); and write amplification,
+bytes written by compaction / bytes written by the stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.ingest import write_section  # noqa: E402
+from lakecluster.stream.ssb import BRANDS, CITIES  # noqa: E402
+
+COLUMNS = ("s_city", "c_city", "p_brand")
+POINTS = {"s_city": CITIES, "c_city": CITIES, "p_brand": BRANDS}
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    kind: str  # "tiered", "none" or "full"
+    overrides: dict[str, str] = field(default_factory=dict)
+    full_every: int = 0  # compaction rounds between whole-table re-clusters ("full")
+
+
+POLICIES = (
+    Policy("stream only (cluster-on-write, no compaction)", "none"),
+    Policy("tiered, fan-out 4, max generation 6 (defaults)", "tiered"),
+    Policy(
+        "tiered, fan-out 2, max generation 8",
+        "tiered",
+        {"compaction.merge_fanout": "2", "compaction.max_generation": "8"},
+    ),
+    Policy(
+        "tiered, fan-out 8, max generation 3",
+        "tiered",
+        {"compaction.merge_fanout": "8", "compaction.max_generation": "3"},
+    ),
+    Policy("tiered, no merges (max generation 1)", "tiered", {"compaction.max_generation": "1"}),
+    Policy("whole table re-clustered every 2 rounds", "full", full_every=2),
+    Policy("whole table re-clustered every 8 rounds", "full", full_every=8),
+)
+
+
+def scanned(table_path: str) -> tuple[float, int, int]:
+    """(mean files a point query reads, live files, live bytes), from the files' min/max."""
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(table_path).get_add_actions(flatten=True))
+    per_column = []
+    rng = np.random.default_rng(5)
+    for c in COLUMNS:
+        lo = actions[f"min.{c}"].to_numpy(zero_copy_only=False).astype(str)
+        hi = actions[f"max.{c}"].to_numpy(zero_copy_only=False).astype(str)
+        values = rng.choice(POINTS[c], 20, replace=False).astype(str)
+        hits = (lo[None, :] <= values[:, None]) & (hi[None, :] >= values[:, None])
+        per_column.append(float(hits.sum(axis=1).mean()))
+    return float(np.mean(per_column)), actions.num_rows, int(pa.compute.sum(actions["size_bytes"]).as_py())
+
+
+def log_bytes(table: Path) -> tuple[int, int]:
+    """Bytes added by the stream and by compaction, from the commits in the Delta log."""
+    stream = compaction = 0
+    for entry in sorted((table / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in entry.read_text().splitlines()]
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        added = sum(a["add"]["size"] for a in actions if "add" in a)
+        if info.get("lakecluster.operation") == "compaction":
+            compaction += added
+        else:
+            stream += added
+    return stream, compaction
+
+
+def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -> dict:  # type: ignore[no-untyped-def]
+    from lakecluster.compaction.loop import Compactor
+    from lakecluster.compaction.planner import Group, snapshot_files
+    from lakecluster.config import load_config
+    from lakecluster.stream.job import StreamJob
+
+    table = workdir / f"policy-{POLICIES.index(policy)}"
+    overrides = {
+        "table.path": str(table), "table.partition_by": "[]",
+        "source.generator.rows_per_second": "100000000", "source.generator.partitions": str(args.tasks),
+        "source.generator.max_rows_per_trigger": str(args.batch_rows),
+        "stream.trigger_interval_s": "0", "stream.progress": "false", "metrics.port": "0",
+        "compaction.target_file_bytes": str(args.target_bytes),
+        "compaction.min_file_bytes": str(args.target_bytes // 2),
+        "compaction.max_group_bytes": str(args.target_bytes * 64),
+        "compaction.max_groups_per_run": "64", "compaction.min_input_files": "4",
+        **policy.overrides,
+    }  # fmt: skip
+    config = load_config(overrides=overrides, environ={})
+    compactor = Compactor(config, spark=spark)
+    goal_bytes = args.files * args.target_bytes
+    samples: list[tuple[float, float]] = []  # (files scanned, bound) after each compaction round
+    state = {"batches": 0, "rounds": 0, "stopping": False}
+    started = time.perf_counter()
+
+    def after_batch(report) -> None:  # type: ignore[no-untyped-def]
+        state["batches"] += 1
+        if state["stopping"] or state["batches"] % args.compact_every:
+            return
+        state["rounds"] += 1
+        if policy.kind == "tiered":
+            compactor.run_once()
+        elif policy.kind == "full" and state["rounds"] % policy.full_every == 0:
+            files, _ = snapshot_files(compactor.table, ())
+            compactor.compact_group(Group((), tuple(files), 1, "full re-cluster"), compactor.sketches())
+        mean, _, live_bytes = scanned(str(table))
+        samples.append((mean, (live_bytes / args.target_bytes) ** (2 / 3)))
+        if live_bytes >= goal_bytes:
+            state["stopping"] = True
+            threading.Thread(target=job.request_stop, daemon=True).start()  # not from inside the batch
+
+    job = StreamJob(config, spark=spark, on_batch=after_batch)
+    job.run()
+    seconds = time.perf_counter() - started
+    mean, files, live_bytes = scanned(str(table))
+    n = live_bytes / args.target_bytes
+    stream_bytes, compaction_bytes = log_bytes(table)
+    tail = samples[len(samples) // 2 :]
+    return {
+        "policy": policy.name, "batches": state["batches"], "files": files, "n": n,
+        "scanned": mean, "x_bound": mean / n ** (2 / 3),
+        "x_bound_avg": float(np.mean([s / b for s, b in tail])) if tail else float("nan"),
+        "wa": compaction_bytes / stream_bytes, "seconds": seconds,
+    }  # fmt: skip
+
+
+def plot(results: list[dict], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        marker = "s" if "re-clustered" in r["policy"] else ("x" if "only" in r["policy"] else "o")
+        ax.scatter(r["wa"], r["x_bound_avg"], marker=marker, s=60)
+        ax.annotate(r["policy"], (r["wa"], r["x_bound_avg"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.axhline(2, ls="--", c="grey", lw=0.8)
+    ax.axvline(5, ls="--", c="grey", lw=0.8)
+    ax.set_xlabel("write amplification (compaction bytes / stream bytes)")
+    ax.set_ylabel("files scanned / N^(2/3) (mean over 2nd half)")
+    ax.set_title("Steady state: skipping vs rewrite cost (target: ≤ 2 at WA ≤ 5)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--files", type=int, default=500, help="stop when the table holds this many target-size files")
+    p.add_argument("--target-bytes", type=int, default=64 * 1024)
+    p.add_argument("--batch-rows", type=int, default=24_000)
+    p.add_argument("--tasks", type=int, default=12, help="files per micro-batch")
+    p.add_argument("--compact-every", type=int, default=2, help="micro-batches between compaction rounds")
+    p.add_argument("--only", help="run the policies whose name contains this text")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    from lakecluster.config import SparkConfig
+    from lakecluster.spark import get_session
+
+    spark = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "4"}))
+    policies = [q for q in POLICIES if not args.only or args.only in q.name]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for policy in policies:
+            results.append(run_policy(spark, policy, args, Path(tmp)))
+            r = results[-1]
+            print(f"{r['policy']}: {r['x_bound']:.2f}× bound at end, {r['x_bound_avg']:.2f}× on average, "
+                  f"WA {r['wa']:.2f}, {r['seconds']:.0f}s", flush=True)  # fmt: skip
+    command = (f"python bench/steady_state.py --files {args.files} --target-bytes {args.target_bytes} "
+               f"--batch-rows {args.batch_rows} --tasks {args.tasks} --compact-every {args.compact_every}")  # fmt: skip
+    lines = [
+        "## Steady state: files scanned vs write amplification\n\n",
+        f"`{command}` — the real stream (generator, cluster-on-write, unpartitioned) and the real compactor, "
+        f"one round every {args.compact_every} micro-batches, until the table holds {args.files} target files "
+        f"of {args.target_bytes // 1024} KiB; each micro-batch leaves {args.tasks} files of about "
+        f"{args.batch_rows // args.tasks:,} rows. Files scanned: mean over 20 point values per clustering "
+        "column; N = live bytes / target. WA = bytes written by compaction / bytes written by the stream.\n\n",
+        "| policy | micro-batches | files at end | N | × N^(2/3) at end | × N^(2/3) mean, 2nd half | WA | seconds |\n",
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    ]
+    for r in results:
+        lines.append(f"| {r['policy']} | {r['batches']} | {r['files']} | {r['n']:.0f} | {r['x_bound']:.2f} | "
+                     f"{r['x_bound_avg']:.2f} | {r['wa']:.2f} | {r['seconds']:.0f} |\n")  # fmt: skip
+    image = REPO / "docs" / "steady_state.png"
+    if not args.no_write and plot(results, image):
+        lines.append("\n![files scanned vs write amplification](steady_state.png)\n")
+    section = "".join(lines)
+    print(section)
+    if not args.no_write:
+        write_section(REPO / "docs" / "benchmarks.md", "## Steady state", section)
+
+
+if __name__ == "__main__":
+    main()
