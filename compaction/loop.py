@@ -14,6 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics
@@ -21,8 +22,11 @@ from lakecluster.compaction.commit import commit_rewrite, delete_files
 from lakecluster.compaction.planner import Group, Plan, clustering_depth, plan, snapshot_files
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.config import Config
-from lakecluster.errors import CompactionConflictError, NoBoundariesError
+from lakecluster.errors import CompactionConflictError, LakeclusterError, NoBoundariesError
 from lakecluster.faults import crash_point
+from lakecluster.index.ranges import clustering_ranges
+from lakecluster.index.spec import IndexSpec
+from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout
 from lakecluster.schema import arrow_schema
 from lakecluster.sketch_store import SketchStore
@@ -53,6 +57,7 @@ class Compactor:
         self.spec = TableSpec(t.path, arrow_schema(t.columns), tuple(t.partition_by))
         self.table = open_or_create(self.spec)
         self.store = SketchStore(t.path)
+        self.index_spec = IndexSpec.from_config(config)
         self._spark = spark
         self._stop = threading.Event()
 
@@ -91,9 +96,34 @@ class Compactor:
             metrics.COMPACTION_LEFTOVERS.inc(len(removed))
         return removed
 
+    def sync_index(self) -> None:
+        """Bring the column-stats index up to date; a failure is logged, never fails compaction
+        (the index can always be rebuilt from the log)."""
+        idx = self.config.index
+        if not (idx.enabled and idx.sync_after_compaction):
+            return
+        try:
+            sync_index(self.index_spec)
+        except Exception:
+            log.warning("column-stats index sync failed (it is rebuilt on the next sync)", exc_info=True)
+
+    def ranges(self) -> pa.Table:
+        """path, min.<c>, max.<c> per live file of the clustering columns: from the index when it
+        is at the table's version (reads only those columns), else from the Delta log."""
+        if self.config.index.enabled:
+            try:
+                found = clustering_ranges(self.index_spec, self.config.table.clustering_columns, self.table.version())
+                if found is not None:
+                    return found
+            except (LakeclusterError, OSError) as e:
+                log.info("reading ranges from the Delta log: index unusable (%s)", e)
+        return snapshot_files(self.table, self.spec.partition_by)[1]
+
     def run_once(self) -> list[GroupResult]:
         metrics.COMPACTION_RUNS.inc()
         self.clean_leftovers()
+        self.table.update_incremental()
+        self.sync_index()
         the_plan = self.plan()
         metrics.PENDING_GROUPS.set(len(the_plan.groups))
         sketches = self.sketches() if the_plan.groups else None
@@ -120,8 +150,8 @@ class Compactor:
                            file_prefix=f"g{group.generation:02d}-{run_id}")  # fmt: skip
         written = rewrite(self.spark, group, spec)
         crash_point("compaction_before_commit")
-        _, actions = snapshot_files(self.table, self.spec.partition_by)
-        before = self._scanned(actions, [f.path for f in group.files], sketches)
+        self.table.update_incremental()
+        before = self._scanned(self.ranges(), [f.path for f in group.files], sketches)
         meta = {
             "lakecluster.operation": "compaction", "lakecluster.curve": cfg.curve,
             "lakecluster.columns": ",".join(layout.columns), "lakecluster.levels": ",".join(map(str, layout.levels)),
@@ -136,8 +166,8 @@ class Compactor:
             metrics.COMPACTION_GROUPS.labels("conflict").inc()
             log.warning("group in %s abandoned: %s", dict(group.partition), e)
             return GroupResult(group, "conflict", 0, 0, time.monotonic() - started, None, before, before, str(e))
-        _, actions = snapshot_files(self.table, self.spec.partition_by)
-        after = self._scanned(actions, [f.path for f in written], sketches)
+        self.sync_index()
+        after = self._scanned(self.ranges(), [f.path for f in written], sketches)
         seconds = time.monotonic() - started
         bytes_out = sum(f.size for f in written)
         metrics.COMPACTION_GROUPS.labels("committed").inc()
@@ -160,7 +190,7 @@ class Compactor:
         return sum(clustering_depth(actions, paths, sketches, c, k) for c in cols) / len(cols)
 
     def observe_table(self, sketches: BoundarySketches | None) -> None:
-        files, actions = snapshot_files(self.table, self.spec.partition_by)
+        files, _ = snapshot_files(self.table, self.spec.partition_by)
         metrics.TABLE_VERSION.set(self.table.version())
         metrics.TABLE_FILES.set(len(files))
         metrics.TABLE_BYTES.set(sum(f.size for f in files))
@@ -170,8 +200,9 @@ class Compactor:
             except NoBoundariesError:
                 return
         paths = [f.path for f in files]
+        ranges = self.ranges()
         for c in self.config.table.clustering_columns:
-            metrics.FILES_SCANNED.labels(c).set(clustering_depth(actions, paths, sketches, c,
+            metrics.FILES_SCANNED.labels(c).set(clustering_depth(ranges, paths, sketches, c,
                                                                  self.config.sketches.boundaries))  # fmt: skip
 
     def run_forever(self) -> None:

@@ -39,6 +39,19 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("boundaries", help="print the current boundaries of the clustering columns")
     b.add_argument("--k", type=int, help="number of boundaries (default sketches.boundaries)")
+
+    i = sub.add_parser("index", help="the column-stats index: sync, rebuild, show (docs/index.md)")
+    isub = i.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    isub.add_parser("sync", help="apply the commits since the index's version (rebuilds when it must)")
+    isub.add_parser("rebuild", help="build the index from the Delta log from scratch")
+    show = isub.add_parser("show", help="the index's version, files, and one column's stats")
+    show.add_argument("--column", help="print this column's per-file stats")
+    show.add_argument("--limit", type=int, default=20, help="most rows printed with --column")
+
+    e = sub.add_parser("explain", help="files a where-clause must read and how many it skips, per conjunct")
+    e.add_argument("--where", required=True, help="e.g. \"s_city = 'UNITED KI1' AND d_year >= 1995\"")
+    e.add_argument("--no-sync", action="store_true", help="fail instead of syncing a stale index first")
+    e.add_argument("--output", dest="sub_output", choices=["text", "json"], help="same as the global --output")
     return p
 
 
@@ -57,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compact(config, args.once, args.dry_run, args.output)
         if command == "run":
             return _run(config, args.max_batches)
+        if command == "index":
+            return _index(config, args.index_command, args.output, getattr(args, "column", None), args.limit
+                          if args.index_command == "show" else 20)  # fmt: skip
+        if command == "explain":
+            return _explain(config, args.where, not args.no_sync, args.sub_output or args.output)
         return _stream(config, getattr(args, "available_now", False), getattr(args, "max_batches", None))
     except ConfigError as e:
         print(f"lakecluster: configuration error: {e}", file=sys.stderr)
@@ -150,6 +168,37 @@ def _run(config: Config, max_batches: int | None) -> int:
         worker.join()
     print(f"lakecluster run: stopped after {len(reports)} batch(es), {sum(r.rows for r in reports):,} rows",
           flush=True)  # fmt: skip
+    return 0
+
+
+def _index(config: Config, action: str, output: str, column: str | None, limit: int) -> int:
+    from lakecluster.index.show import show
+    from lakecluster.index.spec import IndexSpec
+    from lakecluster.index.sync import rebuild, sync
+
+    spec = IndexSpec.from_config(config)
+    if action in ("sync", "rebuild"):
+        res = sync(spec) if action == "sync" else rebuild(spec)
+        if output == "json":
+            print(json.dumps(res.__dict__))
+        else:
+            start = "" if res.from_version is None else f"{res.from_version} -> "
+            print(
+                f"index {res.mode}: version {start}{res.to_version}, {res.files_added} file(s) added, "
+                f"{res.files_removed} removed in {res.seconds:.2f}s" + (f" ({res.reason})" if res.reason else "")
+            )
+        return 0
+    info = show(spec, column, limit)
+    print(json.dumps(info, indent=2, default=str) if output == "json" else info["text"])
+    return 0
+
+
+def _explain(config: Config, where: str, sync_first: bool, output: str) -> int:
+    from lakecluster.index.explain import explain, format_text
+    from lakecluster.index.spec import IndexSpec
+
+    rep = explain(IndexSpec.from_config(config), where, sync_first=sync_first)
+    print(json.dumps(rep, indent=2) if output == "json" else format_text(rep))
     return 0
 
 

@@ -124,6 +124,23 @@ class CompactionConfig:
 
 
 @dataclass(frozen=True)
+class IndexConfig:
+    """The column-stats index (docs/index.md); every key is documented in docs/configuration.md."""
+
+    enabled: bool = True
+    path: str | None = None
+    columns: tuple[str, ...] = ()
+    max_columns: int = 32
+    row_group_rows: int = 16_384
+    max_segments: int = 8
+    sync_after_compaction: bool = True
+    nan_counts: Literal["assume", "scan"] = "assume"
+
+    def resolved_path(self, table: TableConfig) -> str:
+        return self.path or table.path.rstrip("/") + "/_lakecluster/index"
+
+
+@dataclass(frozen=True)
 class MetricsConfig:
     port: int = 9464
     host: str = "0.0.0.0"
@@ -142,6 +159,7 @@ class Config:
     stream: StreamConfig = field(default_factory=StreamConfig)
     sketches: SketchConfig = field(default_factory=SketchConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)
 
@@ -326,6 +344,7 @@ def validate(config: Config) -> None:
     _positive("sketches.retain_versions", k.retain_versions)
 
     _validate_compaction(config.compaction, t)
+    _validate_index(config.index, t)
     if not 0 <= config.metrics.port <= 65535:
         raise ConfigError("metrics.port", f"must be 0 (off) or a TCP port, got {config.metrics.port}")
 
@@ -358,6 +377,17 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
     if c.orphan_min_age_s < 0:
         raise ConfigError("compaction.orphan_min_age_s", "must be >= 0")
+
+
+def _validate_index(c: IndexConfig, t: TableConfig) -> None:
+    names = [col.name for col in t.columns]
+    for i, name in enumerate(c.columns):
+        if name not in names:
+            raise ConfigError(f"index.columns[{i}]", f"unknown column '{name}'; columns: {', '.join(names)}")
+    if c.path is not None and not c.path.strip():
+        raise ConfigError("index.path", "must not be empty (leave it unset for <table.path>/_lakecluster/index)")
+    for key in ("max_columns", "row_group_rows", "max_segments"):
+        _positive(f"index.{key}", getattr(c, key))
 
 
 def _positive(key: str, value: float | None) -> None:

@@ -58,3 +58,32 @@ class CompactionConflictError(LakeclusterError):
 
 class NoBoundariesError(LakeclusterError):
     """The table has no boundary sketches yet (the stream writes them)."""
+
+
+class StatsIndexError(LakeclusterError):
+    """The column-stats index is missing, unreadable, stale or inconsistent (it can be rebuilt)."""
+
+
+class PredicateError(LakeclusterError, ValueError):
+    """A where-clause cannot be parsed or typed; carries the character position of the problem."""
+
+    def __init__(self, message: str, text: str = "", position: int | None = None) -> None:
+        self.message = message
+        self.text = text
+        self.position = position
+        where = ""
+        if position is not None and text:
+            # The clause with a caret under the offending character: the quickest way to see it.
+            where = f" at position {position}\n  {text}\n  {' ' * position}^"
+        elif position is not None:
+            where = f" at position {position}"
+        super().__init__(f"{message}{where}")
+
+
+class UnknownColumnError(PredicateError):
+    """A where-clause names a column the table does not have; the message lists the known ones."""
+
+    def __init__(self, column: str, known: list[str], text: str = "", position: int | None = None) -> None:
+        self.column = column
+        self.known = known
+        super().__init__(f"unknown column '{column}'; known columns: {', '.join(known)}", text, position)

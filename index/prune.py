@@ -1,0 +1,323 @@
+"""Data skipping: which files can hold a row matching a predicate, from per-file stats alone.
+
+A file is dropped only when its stats prove that no row of it satisfies the predicate. The
+predicate is first put in negation normal form: NOT is pushed down by De Morgan and absorbed by
+its operand (``NOT x < 5`` is ``x >= 5``, ``NOT x IN (..)`` is a conjunction of ``!=``,
+``NOT BETWEEN`` an ``OR``); in SQL's three-valued logic both sides are NULL for a NULL ``x``, so
+null rows never match either way. Each remaining atom gives, per file, "may some row satisfy
+it"; AND and OR combine these masks (sound: a row satisfying A AND B satisfies A and B).
+
+Per file and column the index has ``[lo, hi]`` (encoded, ``encoding.py``), null count, value
+count and NaN count. Unknown stats (no stats, a column not indexed) keep the file. Floats: NaN
+orders above every value and equals itself (Spark, DuckDB), so a file that may hold NaN has
+``hi = NaN``; the NaN count is unknown (NaN possible) unless the sync counted it. Literals that are
+not on an integer/decimal column's grid are snapped (``x < 2.5`` on an int is ``x <= 2``;
+``x = 2.5`` matches nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakecluster.errors import PredicateError, StatsIndexError
+from lakecluster.index import predicate as P
+from lakecluster.index.encoding import NAN_KEY, PREFIX_END, encode_value, exact_value, family, scale
+from lakecluster.index.spec import IndexSpec
+from lakecluster.index.sync import is_current, store_for, sync
+from lakecluster.schema import ColumnSpec
+
+INVERSE = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Atoms of the negation normal form
+
+
+@dataclass(frozen=True)
+class Cmp:
+    column: str
+    op: str
+    key: bytes
+
+
+@dataclass(frozen=True)
+class Nulls:
+    column: str
+    present: bool  # True: "x IS NULL" may hold; False: "x IS NOT NULL" may hold
+
+
+@dataclass(frozen=True)
+class Prefix:
+    column: str
+    prefix: bytes
+    negated: bool  # NOT LIKE 'prefix%'
+
+
+@dataclass(frozen=True)
+class Const:
+    value: bool  # False: no row matches
+
+
+@dataclass(frozen=True)
+class AllOf:
+    items: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    items: tuple[Any, ...]
+
+
+def _compare(col: ColumnSpec, op: str, value: Any) -> Any:
+    """One comparison as an atom; literals off an integer/decimal column's grid are snapped."""
+    if family(col) == "integer" and isinstance(value, Decimal):
+        unscaled = value.scaleb(scale(col))
+        lo, hi = int(unscaled.to_integral_value(ROUND_FLOOR)), int(unscaled.to_integral_value(ROUND_CEILING))
+        if lo != hi:  # between two representable values
+            if op == "=":
+                return Const(False)
+            if op == "!=":
+                return Nulls(col.name, present=False)
+            op, exact = ("<=", lo) if op in ("<", "<=") else (">=", hi)
+        else:
+            exact = lo
+    elif family(col) == "float":
+        exact = float(value)
+    else:
+        exact = exact_value(col, value)
+    try:
+        key = encode_value(col, exact)
+    except OverflowError:
+        raise PredicateError(f"{value} is out of range for column {col.name} ({col.type})") from None
+    return Cmp(col.name, op, key)
+
+
+def _like(expr: P.Like, negate: bool) -> Any:
+    """LIKE by its literal prefix (the text before the first wildcard)."""
+    out, i, pattern = [], 0, expr.pattern
+    wildcard_at = None
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if ch in "%_":
+            wildcard_at = i
+            break
+        out.append(ch)
+        i += 1
+    prefix = "".join(out)
+    name = expr.column.name
+    if wildcard_at is None:  # no wildcard: plain (in)equality
+        return _compare(expr.column, "!=" if negate else "=", prefix)
+    if not negate:
+        return Prefix(name, prefix.encode(), negated=False) if prefix else Nulls(name, present=False)
+    if prefix and set(pattern[wildcard_at:]) == {"%"}:
+        return Prefix(name, prefix.encode(), negated=True)
+    return Nulls(name, present=False)  # NOT LIKE with inner wildcards: any non-null file may match
+
+
+def normal_form(expr: P.Expr, negate: bool = False) -> Any:
+    """The predicate with NOT pushed down to atoms (``negate``: the result stands for NOT expr)."""
+    if isinstance(expr, P.Not):
+        return normal_form(expr.item, not negate)
+    if isinstance(expr, P.And | P.Or):
+        items = tuple(normal_form(i, negate) for i in expr.items)
+        return AllOf(items) if isinstance(expr, P.And) != negate else AnyOf(items)
+    col = expr.column
+    if isinstance(expr, P.Compare):
+        return _compare(col, INVERSE[expr.op] if negate else expr.op, expr.value)
+    if isinstance(expr, P.InList):
+        if expr.negated != negate:
+            return AllOf(tuple(_compare(col, "!=", v) for v in expr.values))
+        return AnyOf(tuple(_compare(col, "=", v) for v in expr.values))
+    if isinstance(expr, P.Between):
+        if expr.negated != negate:
+            return AnyOf((_compare(col, "<", expr.low), _compare(col, ">", expr.high)))
+        return AllOf((_compare(col, ">=", expr.low), _compare(col, "<=", expr.high)))
+    if isinstance(expr, P.IsNull):
+        return Nulls(col.name, present=(expr.negated == negate))
+    return _like(expr, negate != expr.negated)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-file stats of one column, aligned with the list of files
+
+
+@dataclass
+class FileStats:
+    lo: pa.Array  # binary, null: unknown
+    hi: pa.Array  # binary; NaN key when the file may hold NaN
+    known: np.ndarray
+    has_values: np.ndarray  # some non-null value (or unknown)
+    has_nulls: np.ndarray  # some null (or unknown)
+
+    @classmethod
+    def unknown(cls, n: int) -> FileStats:
+        nulls = pa.nulls(n, pa.binary())
+        return cls(nulls, nulls, np.zeros(n, bool), np.ones(n, bool), np.ones(n, bool))
+
+    @classmethod
+    def aligned(cls, col: ColumnSpec, rows: pa.Table, files: pa.Array) -> FileStats:
+        """Stats of ``col`` for ``files`` (rows of the column's index entries, any order)."""
+        pos = pc.index_in(files, value_set=rows["file"])
+        present = pc.is_valid(pos).to_numpy(zero_copy_only=False)
+        t = rows.take(pos.fill_null(0)) if rows.num_rows else None
+        n = len(files)
+        if t is None:
+            return cls.unknown(n)
+
+        def ints(name: str) -> tuple[np.ndarray, np.ndarray]:
+            arr = t[name].combine_chunks()
+            return arr.fill_null(0).to_numpy(zero_copy_only=False), arr.is_valid().to_numpy(zero_copy_only=False)
+
+        (vc, vc_ok), (nc, nc_ok), (nan, nan_ok) = ints("value_count"), ints("null_count"), ints("nan_count")
+        stats_ok = present & vc_ok & nc_ok
+        non_null = vc - nc
+        has_values = ~stats_ok | (non_null > 0)
+        has_nulls = ~stats_ok | (nc > 0)
+        missing = pa.array(~present)
+        lo = pc.if_else(missing, pa.scalar(None, pa.binary()), t["min"].combine_chunks())
+        hi = pc.if_else(missing, pa.scalar(None, pa.binary()), t["max"].combine_chunks())
+        if family(col) == "float":
+            nan_key = pa.scalar(NAN_KEY, pa.binary())
+            all_nan = pa.array(stats_ok & nan_ok & (non_null > 0) & (nan == non_null))
+            lo = pc.if_else(all_nan, nan_key, lo)
+            nan_possible = pa.array(~(nan_ok & present) | (nan > 0))
+            hi = pc.if_else(nan_possible, nan_key, hi)
+        known = pc.is_valid(lo).to_numpy(zero_copy_only=False) & pc.is_valid(hi).to_numpy(zero_copy_only=False)
+        return cls(lo, hi, known, has_values, has_nulls)
+
+
+def _cmp(arr: pa.Array, op: str, key: bytes) -> np.ndarray:
+    fn = {"<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal, "=": pc.equal}[op]
+    return fn(arr, pa.scalar(key, pa.binary())).fill_null(False).to_numpy(zero_copy_only=False)
+
+
+def may_match(atom: Any, stats: dict[str, FileStats], n: int) -> np.ndarray:
+    """Per file: may some row satisfy ``atom``? (False only when the stats prove it cannot)."""
+    if isinstance(atom, AllOf | AnyOf):
+        masks = [may_match(a, stats, n) for a in atom.items]
+        combine = np.logical_and if isinstance(atom, AllOf) else np.logical_or
+        return combine.reduce(masks) if masks else np.full(n, isinstance(atom, AllOf))
+    if isinstance(atom, Const):
+        return np.full(n, atom.value)
+    s = stats[atom.column]
+    if isinstance(atom, Nulls):
+        return s.has_nulls.copy() if atom.present else s.has_values.copy()
+    if isinstance(atom, Prefix):
+        end = atom.prefix + PREFIX_END
+        if atom.negated:  # every value starts with the prefix iff both bounds do
+            inside = _cmp(s.lo, ">=", atom.prefix) & _cmp(s.hi, "<", end)
+            return s.has_values & (~s.known | ~inside)
+        return s.has_values & (~s.known | (_cmp(s.hi, ">=", atom.prefix) & _cmp(s.lo, "<", end)))
+    op, key = atom.op, atom.key
+    if op == "=":
+        cond = _cmp(s.lo, "<=", key) & _cmp(s.hi, ">=", key)
+    elif op == "!=":
+        cond = ~(_cmp(s.lo, "=", key) & _cmp(s.hi, "=", key))
+    elif op in ("<", "<="):
+        cond = _cmp(s.lo, op, key)
+    else:
+        cond = _cmp(s.hi, op, key)
+    return s.has_values & (~s.known | cond)
+
+
+def atom_columns(atom: Any) -> set[str]:
+    if isinstance(atom, AllOf | AnyOf):
+        return set().union(*(atom_columns(a) for a in atom.items)) if atom.items else set()
+    return set() if isinstance(atom, Const) else {atom.column}
+
+
+# ---------------------------------------------------------------------------------------------
+# The API
+
+
+@dataclass
+class ConjunctResult:
+    text: str
+    files: int  # files this conjunct alone keeps
+    bytes: int
+    indexed: bool  # False: names a column the index does not cover (keeps every file)
+
+
+@dataclass
+class PruneResult:
+    predicate: str
+    version: int  # Delta version the answer reflects
+    files: pa.Table  # candidates: file, partition, size_bytes, value_count
+    files_total: int
+    bytes_total: int
+    rows_total: int
+    conjuncts: list[ConjunctResult] = field(default_factory=list)
+    index_bytes_read: int = 0
+    columns_read: list[str] = field(default_factory=list)
+
+    @property
+    def paths(self) -> list[str]:
+        return self.files["file"].to_pylist()
+
+    @property
+    def bytes_candidate(self) -> int:
+        return int(pc.sum(self.files["size_bytes"]).as_py() or 0)
+
+    @property
+    def skipped_fraction(self) -> float:
+        return 1 - self.files.num_rows / self.files_total if self.files_total else 0.0
+
+
+def evaluate(expr: P.Expr, indexed: Sequence[ColumnSpec], rows_by_column: dict[str, pa.Table],
+             files: pa.Array) -> tuple[np.ndarray, list[np.ndarray]]:  # fmt: skip
+    """(mask over ``files``, one mask per top-level conjunct) from index rows per column."""
+    by_name = {c.name: c for c in indexed}
+    n = len(files)
+    stats = {name: FileStats.aligned(by_name[name], rows, files) for name, rows in rows_by_column.items()}
+    for name in P.columns_of(expr):
+        stats.setdefault(name, FileStats.unknown(n))  # not indexed: nothing can be dropped on it
+    masks = [may_match(normal_form(c), stats, n) for c in P.conjuncts(expr)]
+    return np.logical_and.reduce(masks) if masks else np.ones(n, bool), masks
+
+
+def prune(table: IndexSpec | str, where: str, *, sync_first: bool = True) -> PruneResult:
+    """The files of ``table`` that may hold rows matching ``where``, and how many were skipped.
+
+    With ``sync_first`` (default) the index is first brought to the table's latest version: a
+    file the index has not seen yet must never be skipped. Without it a stale index is an error.
+    """
+    spec = IndexSpec.for_table(table) if isinstance(table, str) else table
+    if sync_first:
+        sync(spec)
+    elif not is_current(spec):
+        raise StatsIndexError(f"the index of {spec.table_uri} is behind the table; run `lakecluster index sync`")
+    store = store_for(spec)
+    manifest = store.manifest()
+    if manifest is None:
+        raise StatsIndexError(f"no index under {spec.index_path}")
+    expr = P.parse(where, manifest.columns())
+    indexed = manifest.indexed_columns()
+    indexed_names = {c.name for c in indexed}
+    wanted = [c for c in P.columns_of(expr) if c in indexed_names] or [indexed[0].name]
+    reads = {name: store.read_column(name) for name in wanted}
+    first = reads[wanted[0]].rows
+    universe = first.select(["file", "partition", "size_bytes", "value_count"])
+    rows = {name: r.rows for name, r in reads.items() if name in P.columns_of(expr)}
+    mask, masks = evaluate(expr, indexed, rows, universe["file"].combine_chunks())
+    sizes = universe["size_bytes"].to_numpy(zero_copy_only=False) if universe.num_rows else np.zeros(0)
+    result = PruneResult(
+        where, manifest.delta_version, universe.filter(pa.array(mask)), universe.num_rows, int(sizes.sum()),
+        int(pc.sum(universe["value_count"]).as_py() or 0), index_bytes_read=sum(r.bytes_read for r in reads.values()),
+        columns_read=wanted,
+    )  # fmt: skip
+    for conjunct, m in zip(P.conjuncts(expr), masks, strict=True):
+        text = where[conjunct.span[0] : conjunct.span[1]]
+        covered = set(P.columns_of(conjunct)) <= indexed_names
+        result.conjuncts.append(ConjunctResult(text, int(m.sum()), int(sizes[m].sum()), covered))
+    return result

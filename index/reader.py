@@ -1,0 +1,62 @@
+"""A Spark DataFrame over only the files ``prune`` kept.
+
+Partition columns are not stored in Delta data files: their values come back from the index
+(each partition column is indexed, its min is the partition value), one read per partition.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakecluster.index.encoding import decode_array
+from lakecluster.index.prune import PruneResult
+from lakecluster.index.spec import IndexSpec
+from lakecluster.index.sync import store_for
+from lakecluster.parquet_files import filesystem
+from lakecluster.schema import spark_ddl, spark_sql_type
+
+
+def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -> DataFrame:
+    """Rows of the candidate files only (all columns, table order). Apply the predicate on top:
+    pruning keeps whole files, so the frame still holds non-matching rows of those files."""
+    store = store_for(spec)
+    manifest = store.manifest()
+    assert manifest is not None
+    columns = manifest.columns()
+    data_columns = tuple(c for c in columns if c.name not in manifest.partition_by)
+    if result.files.num_rows == 0:
+        return spark.createDataFrame([], spark_ddl(columns))
+    _fs, root = filesystem(spec.table_uri)
+    base = spec.table_uri.rstrip("/") if "://" in spec.table_uri else root
+    values: dict[str, dict[str, object]] = defaultdict(dict)
+    candidates = result.files["file"]
+    by_name = {c.name: c for c in columns}
+    for p in manifest.partition_by:
+        rows = store.read_column(p, ["file", "min"]).rows
+        rows = rows.filter(pc.is_in(rows["file"], value_set=candidates))
+        decoded = decode_array(by_name[p], rows["min"].combine_chunks())
+        for f, v in zip(rows["file"].to_pylist(), decoded.to_pylist(), strict=True):
+            values[f][p] = v
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for f in candidates.to_pylist():
+        groups[tuple(values[f].get(p) for p in manifest.partition_by)].append(f)
+    frames = []
+    for key, files in groups.items():
+        df = spark.read.schema(spark_ddl(data_columns)).parquet(*[f"{base}/{f}" for f in files])
+        for p, v in zip(manifest.partition_by, key, strict=True):
+            df = df.withColumn(p, F.lit(v).cast(spark_sql_type(by_name[p])))
+        frames.append(df.select(*[c.name for c in columns]))
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df)
+    return out
+
+
+def arrow_candidates(spec: IndexSpec, result: PruneResult) -> pa.Table:
+    """The candidate files' paths and sizes as an Arrow table (for non-Spark readers)."""
+    return result.files.select(["file", "partition", "size_bytes", "value_count"])

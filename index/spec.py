@@ -1,0 +1,76 @@
+"""What the index covers: the table, where the index lives, which columns, how it is laid out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from lakecluster.config import Config
+from lakecluster.errors import StatsIndexError
+from lakecluster.schema import ColumnSpec
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    table_uri: str
+    index_path: str
+    columns: tuple[str, ...] = ()  # requested columns; empty: every column up to max_columns
+    clustering_columns: tuple[str, ...] = ()  # always indexed, and first
+    max_columns: int = 32
+    row_group_rows: int = 16_384
+    max_segments: int = 8
+    nan_counts: str = "assume"  # "assume": NaN possible in float columns; "scan": count them in the files
+
+    @classmethod
+    def from_config(cls, config: Config) -> IndexSpec:
+        c, t = config.index, config.table
+        return cls(t.path, c.resolved_path(t), tuple(c.columns), tuple(t.clustering_columns), c.max_columns,
+                   c.row_group_rows, c.max_segments, c.nan_counts)  # fmt: skip
+
+    @classmethod
+    def for_table(cls, table_uri: str) -> IndexSpec:
+        """Defaults for a table known only by its location (index under ``<table>/_lakecluster/index``)."""
+        return cls(table_uri, table_uri.rstrip("/") + "/_lakecluster/index")
+
+    def fingerprint(self) -> dict:
+        """The settings an existing index must have been built with; a change means a rebuild."""
+        return {"columns": list(self.columns), "clustering_columns": list(self.clustering_columns),
+                "max_columns": self.max_columns, "nan_counts": self.nan_counts}  # fmt: skip
+
+    def indexed(self, table_columns: Sequence[ColumnSpec], partition_by: Sequence[str]) -> tuple[ColumnSpec, ...]:
+        """Clustering and partition columns always (partition stats are free), then the requested
+        columns (or every column in schema order) until ``max_columns`` is reached."""
+        by_name = {c.name: c for c in table_columns}
+        chosen: list[str] = [n for n in (*self.clustering_columns, *partition_by) if n in by_name]
+        for name in self.columns or tuple(by_name):
+            if name not in chosen and len(chosen) < self.max_columns:
+                chosen.append(name)
+        return tuple(by_name[n] for n in dict.fromkeys(chosen))
+
+
+def column_type_name(t: pa.DataType) -> str:
+    """The lakecluster type name (``lakecluster.schema``) of an Arrow type read from a Delta schema."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    simple = {pa.int8(): "int", pa.int16(): "int", pa.int32(): "int", pa.int64(): "long", pa.float32(): "float",
+              pa.float64(): "double", pa.bool_(): "boolean", pa.date32(): "date"}  # fmt: skip
+    if t in simple:
+        return simple[t]
+    raise StatsIndexError(f"the index does not support column type {t}")
+
+
+def table_columns(schema: pa.Schema) -> tuple[ColumnSpec, ...]:
+    """Columns of a Delta table's schema that the index can cover (nested/binary ones are left out)."""
+    out = []
+    for f in schema:
+        try:
+            out.append(ColumnSpec(f.name, column_type_name(f.type)))
+        except StatsIndexError:
+            continue
+    return tuple(out)

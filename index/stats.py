@@ -1,0 +1,239 @@
+"""Per-(column, partition, file) stats rows of the index, from Delta add actions.
+
+Two sources feed the same encoder, so an incrementally kept index equals a rebuilt one:
+``from_add_actions`` takes delta-rs's ``get_add_actions(flatten=True)`` (a rebuild, vectorised)
+and ``from_log_actions`` takes the ``add`` actions of the JSON commits the sync reads (a handful of
+files per commit). Both are normalised the conservative way before encoding:
+
+* timestamp maxima that are whole milli-seconds are widened by 999 µs: Delta readers and writers
+  keep stats at milli-second precision and Delta-Spark truncates the maximum;
+* string maxima of ``STRING_TRUNCATION`` characters or more may be truncated prefixes (Delta-Spark
+  keeps 32 characters): they are widened to ``max + 0xFF``, above every string with that prefix;
+* float columns' stats are exact doubles of the stored values (a ``float`` column's JSON text is
+  rounded to float32 first);
+* the log has no NaN counts: ``nan_count`` is null (unknown: NaN possible) unless the sync is told
+  to count NaN in the files themselves (``index.nan_counts = "scan"``);
+* partition columns get exact stats from the partition values (min = max = the value).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lakecluster.index.encoding import PREFIX_END, encode_array, family, scale
+from lakecluster.parquet_files import HIVE_NULL, filesystem
+from lakecluster.schema import ColumnSpec, arrow_type
+
+STRING_TRUNCATION = 32
+
+ROW_SCHEMA = pa.schema([
+    ("column", pa.string()), ("partition", pa.string()), ("file", pa.string()), ("deleted", pa.bool_()),
+    ("value_count", pa.int64()), ("null_count", pa.int64()), ("nan_count", pa.int64()),
+    ("min", pa.binary()), ("max", pa.binary()), ("size_bytes", pa.int64()),
+])  # fmt: skip
+KEY = [("column", "ascending"), ("partition", "ascending"), ("file", "ascending")]
+
+
+def empty_rows() -> pa.Table:
+    return ROW_SCHEMA.empty_table()
+
+
+def partition_keys(values: Mapping[str, pa.Array], partition_by: Sequence[str], n: int) -> pa.Array:
+    """``col=value/col2=value`` per file, from typed partition values (both sources agree on them)."""
+    if not partition_by:
+        return pa.array([""] * n, pa.string())
+    parts = [pc.binary_join_element_wise(f"{name}=", values[name].cast(pa.string()).fill_null(HIVE_NULL), "")
+             for name in partition_by]  # fmt: skip
+    return pc.binary_join_element_wise(*parts, "/")
+
+
+def _normalise(col: ColumnSpec, lo: pa.Array, hi: pa.Array) -> tuple[pa.Array, pa.Array]:
+    if col.type == "float":
+        lo, hi = lo.cast(pa.float32()), hi.cast(pa.float32())
+    if col.type == "timestamp" and len(hi):
+        micros = hi.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        whole_ms = pc.equal(pc.multiply(pc.divide(micros, 1000), 1000), micros)
+        hi = pc.if_else(whole_ms, pc.add(micros, 999), micros).cast(pa.timestamp("us", tz="UTC"))
+    enc_lo, enc_hi = encode_array(col, lo), encode_array(col, hi)
+    if family(col) == "string" and len(hi):
+        maybe_cut = pc.greater_equal(pc.utf8_length(hi.cast(pa.string())), STRING_TRUNCATION)
+        widened = pc.binary_join_element_wise(enc_hi, pa.scalar(PREFIX_END, pa.binary()), b"")
+        enc_hi = pc.if_else(maybe_cut, widened, enc_hi)
+    return enc_lo, enc_hi
+
+
+def index_rows(columns: Sequence[ColumnSpec], partition_by: Sequence[str], files: pa.Table,
+               stats: Mapping[str, tuple[pa.Array, pa.Array, pa.Array, pa.Array]]) -> pa.Table:  # fmt: skip
+    """Rows for every (column, file): ``files`` has file, partition, size_bytes, value_count;
+    ``stats[name]`` is (null counts, NaN counts, minima, maxima) aligned with ``files``."""
+    n = files.num_rows
+    pieces = []
+    for col in columns:
+        nulls, nans, lo, hi = stats[col.name]
+        enc_lo, enc_hi = _normalise(col, lo, hi)
+        pieces.append(pa.table({
+            "column": pa.array([col.name] * n, pa.string()), "partition": files["partition"], "file": files["file"],
+            "deleted": pa.array([False] * n), "value_count": files["value_count"], "null_count": nulls.cast(pa.int64()),
+            "nan_count": nans.cast(pa.int64()), "min": enc_lo, "max": enc_hi, "size_bytes": files["size_bytes"],
+        }, schema=ROW_SCHEMA))  # fmt: skip
+    if not pieces:
+        return empty_rows()
+    return pa.concat_tables(pieces).sort_by(KEY)
+
+
+def tombstones(columns: Sequence[ColumnSpec], removed: Sequence[tuple[str, str]]) -> pa.Table:
+    """Rows that delete (column, partition, file) for each removed (file, partition key)."""
+    n = len(removed)
+    if not n or not columns:
+        return empty_rows()
+    files = pa.array([f for f, _ in removed] * len(columns), pa.string())
+    parts = pa.array([p for _, p in removed] * len(columns), pa.string())
+    names = pa.array([c.name for c in columns for _ in range(n)], pa.string())
+    null_int = pa.nulls(n * len(columns), pa.int64())
+    return pa.table({
+        "column": names, "partition": parts, "file": files, "deleted": pa.array([True] * n * len(columns)),
+        "value_count": null_int, "null_count": null_int, "nan_count": null_int,
+        "min": pa.nulls(n * len(columns), pa.binary()), "max": pa.nulls(n * len(columns), pa.binary()),
+        "size_bytes": null_int,
+    }, schema=ROW_SCHEMA).sort_by(KEY)  # fmt: skip
+
+
+def _partition_stats(col: ColumnSpec, values: pa.Array, counts: pa.Array) -> tuple[pa.Array, ...]:
+    zero = pa.scalar(0, pa.int64())
+    nulls = pc.if_else(pc.is_null(values), counts, zero)
+    if family(col) == "float":
+        nans = pc.if_else(pc.fill_null(pc.is_nan(values.cast(pa.float64())), False), counts, zero)
+    else:
+        nans = pa.nulls(len(values), pa.int64())
+    return nulls, nans, values, values
+
+
+def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str],
+                     nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
+    """Index rows of every live file, from ``DeltaTable.get_add_actions(flatten=True)``."""
+    n = actions.num_rows
+    if n == 0:
+        return empty_rows()
+
+    def col_or_nulls(name: str, tp: pa.DataType) -> pa.Array:
+        if name in actions.column_names:
+            return actions[name].combine_chunks().cast(tp)
+        return pa.nulls(n, tp)
+
+    parts = {p: col_or_nulls(f"partition.{p}", arrow_type(c)) for c in columns for p in partition_by if p == c.name}
+    value_count = col_or_nulls("num_records", pa.int64())
+    files = pa.table({"file": actions["path"].combine_chunks(), "partition": partition_keys(parts, partition_by, n),
+                      "size_bytes": actions["size_bytes"].combine_chunks().cast(pa.int64()),
+                      "value_count": value_count})  # fmt: skip
+    stats = {}
+    for col in columns:
+        if col.name in partition_by:
+            stats[col.name] = _partition_stats(col, parts[col.name], value_count)
+            continue
+        tp = arrow_type(col)
+        nans = _nan_array(col, files["file"].to_pylist(), nan_counts)
+        stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
+                           col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
+    return index_rows(columns, partition_by, files, stats)
+
+
+def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mapping[str, int]] | None) -> pa.Array:
+    if family(col) != "float" or nan_counts is None:
+        return pa.nulls(len(paths), pa.int64())
+    return pa.array([nan_counts.get(p, {}).get(col.name) for p in paths], pa.int64())
+
+
+# ---------------------------------------------------------------------------------------------
+# The incremental source: add actions as they appear in the JSON commits.
+
+
+def _typed(col: ColumnSpec, value: Any, upper: bool) -> Any:
+    """A stats JSON value as a Python value of the column's type; None when it cannot be read
+    (then the bound is unknown, which only ever keeps a file)."""
+    if value is None:
+        return None
+    try:
+        if col.type == "string":
+            return value if isinstance(value, str) else None
+        if col.type == "boolean":
+            return value if isinstance(value, bool) else None
+        if col.type in ("int", "long"):
+            return int(value) if not isinstance(value, bool) and Decimal(value) == int(value) else None
+        if col.is_floating:
+            return float(value)
+        if col.decimal:
+            quantum = Decimal(1).scaleb(-scale(col))
+            return Decimal(value).quantize(quantum, rounding=ROUND_CEILING if upper else ROUND_FLOOR)
+        if col.type == "date":
+            return dt.date.fromisoformat(value)
+        if col.type == "timestamp":
+            ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+    return None
+
+
+def partition_array(col: ColumnSpec, strings: list[str | None]) -> pa.Array:
+    tp = arrow_type(col)
+    raw = pa.array(strings, pa.string())
+    if col.type == "timestamp":
+        return pa.array([None if s is None else _typed(col, s.replace(" ", "T"), False) for s in strings], tp)
+    if col.type == "boolean":
+        return pc.equal(pc.utf8_lower(raw), "true")
+    return raw.cast(tp)
+
+
+def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[ColumnSpec], partition_by: Sequence[str],
+                     nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
+    """Index rows of the files added by ``add`` actions read from the log (one loop per file)."""
+    n = len(adds)
+    if n == 0:
+        return empty_rows()
+    parsed = [json.loads(a.get("stats") or "{}", parse_float=Decimal) for a in adds]
+    value_count = pa.array([p.get("numRecords") for p in parsed], pa.int64())
+    parts = {c.name: partition_array(c, [(a.get("partitionValues") or {}).get(c.name) for a in adds])
+             for c in columns if c.name in partition_by}  # fmt: skip
+    files = pa.table({"file": pa.array([a["path"] for a in adds], pa.string()),
+                      "partition": partition_keys(parts, partition_by, n),
+                      "size_bytes": pa.array([int(a.get("size") or 0) for a in adds], pa.int64()),
+                      "value_count": value_count})  # fmt: skip
+    stats = {}
+    for col in columns:
+        if col.name in partition_by:
+            stats[col.name] = _partition_stats(col, parts[col.name], value_count)
+            continue
+        tp = arrow_type(col)
+        carrier = pa.float64() if col.is_floating else tp  # the JSON text is a double; _normalise narrows
+        nulls = pa.array([p.get("nullCount", {}).get(col.name) for p in parsed], pa.int64())
+        lo = pa.array([_typed(col, p.get("minValues", {}).get(col.name), False) for p in parsed], carrier)
+        hi = pa.array([_typed(col, p.get("maxValues", {}).get(col.name), True) for p in parsed], carrier)
+        stats[col.name] = (nulls, _nan_array(col, [a["path"] for a in adds], nan_counts), lo.cast(tp), hi.cast(tp))
+    return index_rows(columns, partition_by, files, stats)
+
+
+def scan_nan_counts(table_uri: str, paths: Sequence[str], columns: Sequence[ColumnSpec]) -> dict[str, dict[str, int]]:
+    """NaN count per file and float column, read from the files themselves (``nan_counts = "scan"``).
+
+    Reads only the float columns of each file; one loop per file, vectorised inside.
+    """
+    floats = [c.name for c in columns if family(c) == "float"]
+    if not floats or not paths:
+        return {}
+    fs, root = filesystem(table_uri)
+    out: dict[str, dict[str, int]] = {}
+    for path in paths:
+        pf = pq.ParquetFile(fs.open_input_file(f"{root}/{path}"))
+        present = [c for c in floats if c in pf.schema_arrow.names]
+        data = pf.read(columns=present)
+        out[path] = {c: int(pc.sum(pc.fill_null(pc.is_nan(data[c]), False).cast(pa.int64())).as_py() or 0)
+                     for c in present}  # fmt: skip
+    return out
