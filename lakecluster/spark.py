@@ -24,6 +24,9 @@ BASE_CONF = {
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
     "spark.driver.memory": "2g",
+    # A compaction group names its input files one by one; above this many paths Spark lists
+    # them with a distributed job (seconds per group) instead of a few stat calls on the driver.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
 }
 
 
