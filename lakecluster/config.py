@@ -134,6 +134,7 @@ class IndexConfig:
     row_group_rows: int = 16_384
     max_segments: int = 8
     sync_after_compaction: bool = True
+    sync_after_stream: bool = False
     nan_counts: Literal["assume", "scan"] = "assume"
 
     def resolved_path(self, table: TableConfig) -> str:

@@ -130,6 +130,9 @@ class StreamSink:
             self.sketches.delta_version = self.table.version()
             self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
 
+        if table_files and self.config.index.enabled and self.config.index.sync_after_stream:
+            self._sync_index()
+
         self._report(BatchReport(
             batch_id=batch_id,
             rows=sum(f.num_records for f in table_files),
@@ -138,6 +141,17 @@ class StreamSink:
             seconds=time.monotonic() - started,
             table_version=self.table.version(),
         ))  # fmt: skip
+
+    def _sync_index(self) -> None:
+        """``index.sync_after_stream``: the index follows every commit. A failure is logged, never
+        fails the batch: the table is committed, and the index catches up (or is rebuilt) later."""
+        from lakecluster.index.spec import IndexSpec
+        from lakecluster.index.sync import sync
+
+        try:
+            sync(IndexSpec.from_config(self.config))
+        except Exception:
+            log.warning("column-stats index sync after batch failed; the next sync catches up", exc_info=True)
 
     def _write_layout(self) -> ClusteringLayout | None:
         """The current boundaries as a sort order for this batch (``stream.cluster_on_write``)."""

@@ -59,3 +59,15 @@ def test_index_kept_through_stream_and_compaction_equals_rebuild_and_prunes_for_
     paths = [f.path for f in files]
     for c in config.table.clustering_columns:
         assert clustering_depth(ranges, paths, sketches, c) == clustering_depth(actions, paths, sketches, c)
+
+
+def test_stream_keeps_the_index_current_when_asked(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    config = generator_config(table, rows=6_000, per_batch=2_000, **{"index.sync_after_stream": "true"})
+    spec = IndexSpec.from_config(config)
+    fill(spark, config)
+    manifest = store_for(spec).manifest()
+    assert manifest is not None and manifest.delta_version == DeltaTable(str(table)).version()
+    other = replace(spec, index_path=str(tmp_path / "rebuilt"))
+    rebuild(other)
+    assert store_for(spec).read_all().equals(store_for(other).read_all())
