@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 
 from lakecluster.config import Config
@@ -153,7 +154,12 @@ class StreamJob:
                 if self.max_batches is not None and len(self.reports) >= self.max_batches:
                     self._gate.request_stop()
                     break
-                query.awaitTermination(0.2)
+                try:
+                    query.awaitTermination(0.2)
+                except StreamingQueryException:
+                    # A batch that started after a stop request raised _StopRequested into the
+                    # query (it is replayed on restart); any other failure is raised below.
+                    break
         finally:
             if query.isActive:
                 self._gate.request_stop()
