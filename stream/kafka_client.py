@@ -9,8 +9,10 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
+from kafka import __version__ as kafka_version
 from kafka.errors import KafkaConfigurationError, KafkaError, OffsetOutOfRangeError
 
 from lakecluster.errors import (
@@ -20,6 +22,7 @@ from lakecluster.errors import (
     SourceError,
     TopicNotFoundError,
 )
+from lakecluster.stream.kafka_batches import Records, Transactions, decode
 
 log = logging.getLogger(__name__)
 
@@ -162,22 +165,25 @@ def read_range(cfg: Mapping[str, Any], topic: str, partition: int, start: int, e
     """Records with ``start <= offset < end`` of one partition, as Arrow batches (executor side).
 
     Offsets may have gaps (transaction markers, compacted topics): reading stops when the
-    consumer's position reaches ``end``, not after a record count.
+    consumer's position reaches ``end``, not after a record count. Fetched record batches are
+    decoded in bulk (``kafka_batches``), never one ``ConsumerRecord`` at a time.
     """
     if end <= start:
         return
     consumer = KafkaConsumer(**consumer_settings(cfg))
     tp = TopicPartition(topic, partition)
     try:
+        _decode_in_bulk(consumer)
         consumer.assign([tp])
         consumer.seek(tp, start)
         timeout = float(cfg["request_timeout_s"])
         last_progress = time.monotonic()
-        columns: dict[str, list[Any]] = {n: [] for n in ("key", "value", "offset", "timestamp")}
+        pending: list[Records] = []
+        rows = 0
         position = start
         while position < end:
             try:
-                fetched = consumer.poll(timeout_ms=500, max_records=_BATCH_RECORDS)
+                fetched = consumer.poll(timeout_ms=500, max_records=1000)
             except OffsetOutOfRangeError as e:
                 if cfg.get("fail_on_data_loss", True):
                     raise DataLossError(
@@ -189,42 +195,132 @@ def read_range(cfg: Mapping[str, Any], topic: str, partition: int, start: int, e
                 consumer.seek(tp, earliest)
                 position = earliest
                 continue
-            records = fetched.get(tp, [])
-            for r in records:
-                if r.offset >= end:
-                    break
-                columns["key"].append(r.key)
-                columns["value"].append(r.value)
-                columns["offset"].append(r.offset)
-                columns["timestamp"].append(
-                    r.timestamp * 1000 if r.timestamp is not None and r.timestamp >= 0 else None
-                )
-            if records:
+            for chunk in fetched.get(tp, []):
+                kept = chunk.below(end)
+                if len(kept):
+                    pending.append(kept)
+                    rows += len(kept)
+            moved = consumer.position(tp)
+            if moved != position:  # records, or only transaction markers / compacted-away offsets
                 last_progress = time.monotonic()
-            position = consumer.position(tp)
-            if len(columns["offset"]) >= _BATCH_RECORDS:
-                yield _batch(columns, topic, partition)
-                columns = {n: [] for n in columns}
+            position = moved
+            while rows >= _BATCH_RECORDS:
+                full = Records.concat(pending)
+                yield _batch(full.slice(0, _BATCH_RECORDS), topic, partition)
+                pending = [full.slice(_BATCH_RECORDS, len(full))]
+                rows = len(pending[0])
             if position < end and time.monotonic() - last_progress > timeout:
                 raise SourceError(
                     f"{topic}[{partition}]: no progress reading offsets {position}..{end} for {timeout:.0f}s"
                 )
-        if columns["offset"]:
-            yield _batch(columns, topic, partition)
+        if rows:
+            yield _batch(Records.concat(pending), topic, partition)
     finally:
         consumer.close()
 
 
-def _batch(columns: dict[str, list[Any]], topic: str, partition: int) -> pa.RecordBatch:
-    n = len(columns["offset"])
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+_MAX_MS = (2**63 - 1) // 1000  # later millisecond timestamps do not fit int64 microseconds
+
+
+def _batch(records: Records, topic: str, partition: int) -> pa.RecordBatch:
+    n = len(records)
+    ms = records.timestamps
+    unknown = (ms < 0) | (ms > _MAX_MS)  # -1: the producer set none
+    has_unknown = bool(unknown.any())
+    micros = np.where(unknown, 0, ms) * 1000 if has_unknown else ms * 1000
+    validity = pa.py_buffer(np.packbits(~unknown, bitorder="little")) if has_unknown else None
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(columns["key"], pa.binary()),
-            pa.array(columns["value"], pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            pa.array(columns["offset"], pa.int64()),
-            pa.array(columns["timestamp"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            records.keys,
+            records.values,
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.array(np.full(n, partition, np.int32)),
+            pa.array(records.offsets),
+            pa.Array.from_buffers(_TIMESTAMP, n, [validity, pa.py_buffer(micros)]),
         ],
         schema=RAW_SCHEMA,
     )
+
+
+class _BulkPartitionRecords:
+    """Stands in for kafka-python's ``Fetcher.PartitionRecords``: one partition's fetch response.
+
+    kafka-python's class yields a ``ConsumerRecord`` per record, decoded in pure Python; this one
+    decodes the whole response with ``kafka_batches.decode`` and ``take`` hands it back as a
+    single ``Records`` chunk, so ``poll`` returns ``{tp: [Records, ...]}``. The fetcher uses only
+    the attributes and methods below (it advances the position to ``next_fetch_offset``).
+    """
+
+    def __init__(
+        self,
+        fetch_offset: int,
+        tp: TopicPartition,
+        records: Any,
+        key_deserializer: Any = None,
+        value_deserializer: Any = None,
+        check_crcs: bool = True,
+        isolation_level: Any = 0,
+        aborted_transactions: Any = None,
+        metric_aggregator: Any = None,
+        on_drain: Any = lambda _: None,
+    ) -> None:
+        self.fetch_offset = fetch_offset
+        self.topic_partition = tp
+        self.leader_epoch = -1
+        self.next_fetch_offset = fetch_offset
+        self.bytes_read = 0
+        self.records_read = 0
+        self.metric_aggregator = metric_aggregator
+        self.on_drain = on_drain
+        self._records = records
+        self._check_crcs = check_crcs
+        read_committed = int(isolation_level) == _READ_COMMITTED
+        self._transactions = Transactions.from_response(aborted_transactions) if read_committed else None
+
+    def __bool__(self) -> bool:
+        return self._records is not None
+
+    def drain(self) -> None:
+        if self._records is not None:
+            self._records = None
+            if self.metric_aggregator:
+                self.metric_aggregator.record(self.topic_partition, self.bytes_read, self.records_read)
+            self.on_drain(self)
+
+    def take(self, n: int | None = None) -> list[Records]:
+        if self._records is None:
+            return []
+        tp = self.topic_partition
+        decoded = decode(
+            self._records._buffer,  # MemoryRecords: the response's raw bytes
+            self.fetch_offset,
+            check_crcs=self._check_crcs,
+            transactions=self._transactions,
+            where=f"{tp.topic}[{tp.partition}]",
+        )
+        self.next_fetch_offset = decoded.next_offset
+        if decoded.leader_epoch >= 0:
+            self.leader_epoch = decoded.leader_epoch
+        self.records_read = len(decoded.records)
+        self.bytes_read = self._records.size_in_bytes()
+        self.drain()
+        return [decoded.records] if len(decoded.records) else []
+
+
+_READ_COMMITTED = 1  # kafka-python's IsolationLevel.READ_COMMITTED
+
+
+def _decode_in_bulk(consumer: KafkaConsumer) -> None:
+    """Make the consumer's fetcher hand back bulk-decoded ``Records`` instead of ConsumerRecords.
+
+    Relies on kafka-python internals (``KafkaConsumer._fetcher`` creating ``self.PartitionRecords``
+    from a ``MemoryRecords`` with a ``_buffer``), checked here so a different version fails clearly.
+    """
+    fetcher = getattr(consumer, "_fetcher", None)
+    original = getattr(fetcher, "PartitionRecords", None)
+    if not (isinstance(original, type) and hasattr(original, "take") and hasattr(fetcher, "_parse_fetched_data")):
+        raise SourceError(
+            f"kafka-python {kafka_version} is not supported by lakecluster's batch decoder (tested with 3.0.x)"
+        )
+    fetcher.PartitionRecords = _BulkPartitionRecords  # type: ignore[union-attr]
