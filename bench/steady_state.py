@@ -3,8 +3,9 @@
     python bench/steady_state.py
 
 The real stream (built-in SSB-like generator, cluster-on-write on, one unpartitioned table) runs
-micro-batches of ``--batch-rows`` rows split over ``--tasks`` tasks, so every micro-batch leaves
-``--tasks`` small files, each about 1/8 of a target file. After every ``--compact-every``
+micro-batches of ``--batch-rows`` rows written as files of at most ``--file-rows`` rows
+(``table.target_file_rows``), so every micro-batch leaves many small files, each a fraction of a
+target file. After every ``--compact-every``
 micro-batches the compactor runs one round (the real one: planner, Spark rewrite, Delta commit),
 inside the stream's batch callback, so the interleaving is the same on every run. The run stops
 when the table holds ``--files`` target-size files of data (N = live bytes / target).
@@ -84,9 +85,9 @@ def scanned(table_path: str) -> tuple[float, int, int]:
     return float(np.mean(per_column)), actions.num_rows, int(pa.compute.sum(actions["size_bytes"]).as_py())
 
 
-def log_bytes(table: Path) -> tuple[int, int]:
-    """Bytes added by the stream and by compaction, from the commits in the Delta log."""
-    stream = compaction = 0
+def log_bytes(table: Path) -> tuple[int, int, int]:
+    """Bytes added by the stream and by compaction, and files added by the stream, from the log."""
+    stream = compaction = stream_files = 0
     for entry in sorted((table / "_delta_log").glob("*.json")):
         actions = [json.loads(line) for line in entry.read_text().splitlines()]
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
@@ -95,7 +96,8 @@ def log_bytes(table: Path) -> tuple[int, int]:
             compaction += added
         else:
             stream += added
-    return stream, compaction
+            stream_files += sum(1 for a in actions if "add" in a)
+    return stream, compaction, stream_files
 
 
 def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -> dict:  # type: ignore[no-untyped-def]
@@ -107,7 +109,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     table = workdir / f"policy-{POLICIES.index(policy)}"
     overrides = {
         "table.path": str(table), "table.partition_by": "[]",
-        "source.generator.rows_per_second": "100000000", "source.generator.partitions": str(args.tasks),
+        "source.generator.rows_per_second": "100000000", "table.target_file_rows": str(args.file_rows),
         "source.generator.max_rows_per_trigger": str(args.batch_rows),
         "stream.trigger_interval_s": "0", "stream.progress": "false", "metrics.port": "0",
         "compaction.target_file_bytes": str(args.target_bytes),
@@ -132,8 +134,10 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
         if policy.kind == "tiered":
             compactor.run_once()
         elif policy.kind == "full" and state["rounds"] % policy.full_every == 0:
+            compactor.table.update_incremental()  # the stream committed since the last look
             files, _ = snapshot_files(compactor.table, ())
-            compactor.compact_group(Group((), tuple(files), 1, "full re-cluster"), compactor.sketches())
+            done = compactor.compact_group(Group((), tuple(files), 1, "full re-cluster"), compactor.sketches())
+            assert done.result == "committed", done
         mean, _, live_bytes = scanned(str(table))
         samples.append((mean, (live_bytes / args.target_bytes) ** (2 / 3)))
         if live_bytes >= goal_bytes:
@@ -145,10 +149,10 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     seconds = time.perf_counter() - started
     mean, files, live_bytes = scanned(str(table))
     n = live_bytes / args.target_bytes
-    stream_bytes, compaction_bytes = log_bytes(table)
+    stream_bytes, compaction_bytes, stream_files = log_bytes(table)
     tail = samples[len(samples) // 2 :]
     return {
-        "policy": policy.name, "batches": state["batches"], "files": files, "n": n,
+        "policy": policy.name, "batches": state["batches"], "stream_files": stream_files, "files": files, "n": n,
         "scanned": mean, "x_bound": mean / n ** (2 / 3),
         "x_bound_avg": float(np.mean([s / b for s, b in tail])) if tail else float("nan"),
         "wa": compaction_bytes / stream_bytes, "seconds": seconds,
@@ -183,7 +187,7 @@ def main() -> None:
     p.add_argument("--files", type=int, default=500, help="stop when the table holds this many target-size files")
     p.add_argument("--target-bytes", type=int, default=64 * 1024)
     p.add_argument("--batch-rows", type=int, default=12_000)
-    p.add_argument("--tasks", type=int, default=24, help="files per micro-batch")
+    p.add_argument("--file-rows", type=int, default=500, help="rows per stream file (table.target_file_rows)")
     p.add_argument("--compact-every", type=int, default=4, help="micro-batches between compaction rounds")
     p.add_argument("--only", help="run the policies whose name contains this text")
     p.add_argument("--no-write", action="store_true")
@@ -193,28 +197,39 @@ def main() -> None:
 
     spark = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "4"}))
     policies = [q for q in POLICIES if not args.only or args.only in q.name]
-    results = []
+    # Results are kept per policy and settings, so `--only` re-measures some and the table shows all.
+    store = REPO / "bench" / "results" / "steady_state.json"
+    kept = json.loads(store.read_text()) if store.exists() else {}
+    settings = f"{args.files}/{args.target_bytes}/{args.batch_rows}/{args.file_rows}/{args.compact_every}"
     with tempfile.TemporaryDirectory() as tmp:
         for policy in policies:
-            results.append(run_policy(spark, policy, args, Path(tmp)))
-            r = results[-1]
+            r = run_policy(spark, policy, args, Path(tmp))
+            kept[f"{settings}|{policy.name}"] = r
             print(f"{r['policy']}: {r['x_bound']:.2f}× bound at end, {r['x_bound_avg']:.2f}× on average, "
                   f"WA {r['wa']:.2f}, {r['seconds']:.0f}s", flush=True)  # fmt: skip
+    if not args.no_write:
+        store.parent.mkdir(exist_ok=True)
+        store.write_text(json.dumps(kept, indent=1, sort_keys=True))
+    results = [kept[f"{settings}|{q.name}"] for q in POLICIES if f"{settings}|{q.name}" in kept]
     command = (f"python bench/steady_state.py --files {args.files} --target-bytes {args.target_bytes} "
-               f"--batch-rows {args.batch_rows} --tasks {args.tasks} --compact-every {args.compact_every}")  # fmt: skip
+               f"--batch-rows {args.batch_rows} --file-rows {args.file_rows} "
+               f"--compact-every {args.compact_every}")  # fmt: skip
     lines = [
         "## Steady state: files scanned vs write amplification\n\n",
         f"`{command}` — the real stream (generator, cluster-on-write, unpartitioned) and the real compactor, "
         f"one round every {args.compact_every} micro-batches, until the table holds {args.files} target files "
-        f"of {args.target_bytes // 1024} KiB; each micro-batch leaves {args.tasks} files of about "
-        f"{args.batch_rows // args.tasks:,} rows. Files scanned: mean over 20 point values per clustering "
-        "column; N = live bytes / target. WA = bytes written by compaction / bytes written by the stream.\n\n",
-        "| policy | micro-batches | files at end | N | × N^(2/3) at end | × N^(2/3) mean, 2nd half | WA | seconds |\n",
-        "|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        f"of {args.target_bytes // 1024} KiB; each micro-batch leaves files of at most "
+        f"{args.file_rows:,} rows (stream files: see the table). Files scanned: mean over 20 point values "
+        "per clustering column; N = live bytes / target. WA = bytes written by compaction / bytes written "
+        "by the stream.\n\n",
+        "| policy | micro-batches | stream files | files at end | N | × N^(2/3) at end "
+        "| × N^(2/3) mean, 2nd half | WA | seconds |\n",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     ]
     for r in results:
-        lines.append(f"| {r['policy']} | {r['batches']} | {r['files']} | {r['n']:.0f} | {r['x_bound']:.2f} | "
-                     f"{r['x_bound_avg']:.2f} | {r['wa']:.2f} | {r['seconds']:.0f} |\n")  # fmt: skip
+        lines.append(f"| {r['policy']} | {r['batches']} | {r['stream_files']} | {r['files']} | {r['n']:.0f} | "
+                     f"{r['x_bound']:.2f} | {r['x_bound_avg']:.2f} | {r['wa']:.2f} | "
+                     f"{r['seconds']:.0f} |\n")  # fmt: skip
     image = REPO / "docs" / "steady_state.png"
     if not args.no_write and plot(results, image):
         lines.append("\n![files scanned vs write amplification](steady_state.png)\n")
