@@ -167,16 +167,17 @@ def plot(results: list[dict], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.8))
     for r in results:
         marker = "s" if "re-clustered" in r["policy"] else ("x" if "only" in r["policy"] else "o")
-        ax.scatter(r["wa"], r["x_bound_avg"], marker=marker, s=60)
-        ax.annotate(r["policy"], (r["wa"], r["x_bound_avg"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.scatter(r["wa"], r["x_bound_avg"], marker=marker, s=60, label=r["policy"])
+    ax.set_yscale("log")
     ax.axhline(2, ls="--", c="grey", lw=0.8)
     ax.axvline(5, ls="--", c="grey", lw=0.8)
     ax.set_xlabel("write amplification (compaction bytes / stream bytes)")
     ax.set_ylabel("files scanned / N^(2/3) (mean over 2nd half)")
     ax.set_title("Steady state: skipping vs rewrite cost (target: ≤ 2 at WA ≤ 5)")
+    ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
@@ -189,7 +190,11 @@ def main() -> None:
     p.add_argument("--batch-rows", type=int, default=12_000)
     p.add_argument("--file-rows", type=int, default=500, help="rows per stream file (table.target_file_rows)")
     p.add_argument("--compact-every", type=int, default=4, help="micro-batches between compaction rounds")
-    p.add_argument("--only", help="run the policies whose name contains this text")
+    p.add_argument(
+        "--only",
+        help="run the policies whose name contains this text; the table also shows "
+        "earlier results with the same settings, kept in bench/results/ (git-ignored)",
+    )
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     from lakecluster.config import SparkConfig
