@@ -134,12 +134,13 @@ def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition
                       "size_bytes": actions["size_bytes"].combine_chunks().cast(pa.int64()),
                       "value_count": value_count})  # fmt: skip
     stats = {}
+    paths = files["file"].to_pylist()  # once, not once per column
     for col in columns:
         if col.name in partition_by:
             stats[col.name] = _partition_stats(col, parts[col.name], value_count)
             continue
         tp = arrow_type(col)
-        nans = _nan_array(col, files["file"].to_pylist(), nan_counts)
+        nans = _nan_array(col, paths, nan_counts)
         stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
                            col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
     return index_rows(columns, partition_by, files, stats)
@@ -202,7 +203,8 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
     value_count = pa.array([p.get("numRecords") for p in parsed], pa.int64())
     parts = {c.name: partition_array(c, [(a.get("partitionValues") or {}).get(c.name) for a in adds])
              for c in columns if c.name in partition_by}  # fmt: skip
-    files = pa.table({"file": pa.array([a["path"] for a in adds], pa.string()),
+    paths = [a["path"] for a in adds]
+    files = pa.table({"file": pa.array(paths, pa.string()),
                       "partition": partition_keys(parts, partition_by, n),
                       "size_bytes": pa.array([int(a.get("size") or 0) for a in adds], pa.int64()),
                       "value_count": value_count})  # fmt: skip
@@ -216,7 +218,7 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
         nulls = pa.array([p.get("nullCount", {}).get(col.name) for p in parsed], pa.int64())
         lo = pa.array([_typed(col, p.get("minValues", {}).get(col.name), False) for p in parsed], carrier)
         hi = pa.array([_typed(col, p.get("maxValues", {}).get(col.name), True) for p in parsed], carrier)
-        stats[col.name] = (nulls, _nan_array(col, [a["path"] for a in adds], nan_counts), lo.cast(tp), hi.cast(tp))
+        stats[col.name] = (nulls, _nan_array(col, paths, nan_counts), lo.cast(tp), hi.cast(tp))
     return index_rows(columns, partition_by, files, stats)
 
 
