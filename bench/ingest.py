@@ -2,7 +2,7 @@
 
     python bench/ingest.py --records 300000
 
-Starts a local tansu broker, produces SSB-like JSON records, then in one run measures:
+Starts a local Apache Kafka broker (the tests' launcher), produces SSB-like JSON records, then in one run measures:
 raw consumer (reads every record, no parsing), the pipeline with sketches off, and with sketches
 on. Prints a table and rewrites the "Ingest" section of docs/benchmarks.md.
 """
@@ -19,11 +19,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.broker import Broker, start_broker  # noqa: E402 - the launcher the tests use
+from tests.services.kafka import KafkaBroker as Broker  # noqa: E402 - the launcher the tests use
 
 
 def json_records(n: int) -> list[bytes]:
-    from lakecluster.stream.ssb import SSB_COLUMNS, GeneratorSettings, generate
+    from lakecluster.stream.generator import SSB_COLUMNS, GeneratorSettings, generate
 
     table = generate(0, n, GeneratorSettings(), SSB_COLUMNS).to_pandas()
     table["lo_revenue"] = table["lo_revenue"].astype(float)
@@ -110,7 +110,8 @@ def main() -> None:
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
 
-    broker = start_broker()
+    broker_dir = tempfile.TemporaryDirectory(prefix="bench-kafka-")
+    broker = Broker(Path(broker_dir.name)).start()
     values = json_records(args.records)
     nbytes = produce(broker, "bench", values, args.partitions)
     produce(broker, "warmup", values[:20_000], args.partitions)
@@ -126,7 +127,8 @@ def main() -> None:
                 seconds, rows = pipeline(spark, broker, "bench", Path(tmp), sketches, args.per_trigger, r)
                 assert rows == args.records, (kind, rows)
                 times[kind].append(seconds)
-    broker.process.terminate()
+    broker.stop()
+    broker_dir.cleanup()
     raw, off, on = min(times["raw"]), min(times["off"]), min(times["on"])
 
     mb = nbytes / 1e6
@@ -150,7 +152,7 @@ def main() -> None:
     section = (
         "## Ingest: Kafka -> committed Delta\n\n"
         f"`{command}` — {args.records:,} SSB-like JSON records ({mb:.0f} MB) in {args.partitions} partitions on a "
-        "local tansu broker, Spark local[2], 2 cores; the three runs alternate in one process, "
+        "local Apache Kafka broker, Spark local[2], 2 cores; the three runs alternate in one process, "
         f"{args.rounds} rounds, best of each kept; "
         + (
             f"micro-batches of at most {args.per_trigger:,} records. "

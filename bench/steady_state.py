@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.ingest import write_section  # noqa: E402
-from lakecluster.stream.ssb import BRANDS, CITIES  # noqa: E402
+from lakecluster.ssb import BRANDS, CITIES  # noqa: E402
 
 COLUMNS = ("s_city", "c_city", "p_brand")
 POINTS = {"s_city": CITIES, "c_city": CITIES, "p_brand": BRANDS}

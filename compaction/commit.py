@@ -1,82 +1,189 @@
-"""Commit a rewrite atomically, beside a busy stream, and never twice.
+"""Commit a rewrite atomically, beside a busy stream, and never twice — through Delta itself.
 
-One Delta commit removes the group's input files and adds the output files, all with
-``dataChange=false``. delta-rs 1.6.6 does not check ``dataChange=false`` removes against newer
-commits (brief §5): two compactors of the same files would both commit and duplicate rows. So
-every attempt is a compare-and-swap:
+One Delta transaction (delta-spark's ``OptimisticTransaction``, reached through py4j) removes the
+group's input files and adds the output files, all with ``dataChange=false``, as operation
+``OPTIMIZE`` with its operation metrics; lakecluster's own details (curve, columns, levels,
+generation, attempt id) go into ``userMetadata``. Delta's conflict checker does the rest: stream
+appends never conflict with it, a concurrent transaction that removed one of our input files makes
+it fail (``ConcurrentDeleteDeleteException``), and the LogStore makes the commit itself atomic
+between processes (``lakecluster/jvm/ConditionalCreateLogStore.java``).
 
-1. refresh to the latest version V and check that every input file is still live there;
-2. commit as version V+1 with no delta-rs retries (``max_commit_retries=0``).
-
-If anyone committed first, step 2 fails and we go back to 1: a stream append only costs a
-re-check (appends never remove our inputs), while a commit that removed one of our inputs makes
-step 1 fail for good with :class:`CompactionConflictError`. Nothing is retried forever: the
-number of attempts is bounded by ``compaction.commit_attempts``.
+Before committing, every output file must exist with the size its writer reported, and every input
+file must still be live in the snapshot the transaction starts from (Delta checks removes against
+concurrent commits, not against older ones). If the commit call fails in a way that leaves the
+outcome unknown (the log entry may have been written), the log is read for the attempt id before
+anything is decided: a rewrite that landed is never reported as failed, and output files are never
+deleted here — unreferenced files are vacuum's job, after the retention period.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from deltalake import CommitProperties, DeltaTable
-from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import RemoveAction
+from pyspark.sql import SparkSession
 
+from lakecluster import storage
 from lakecluster.compaction.planner import Group
 from lakecluster.errors import CompactionConflictError, TableError
-from lakecluster.parquet_files import WrittenFile, filesystem
-from lakecluster.table import TableSpec, add_actions, referenced_paths
+from lakecluster.parquet_files import WrittenFile
+from lakecluster.table import METADATA_KEY, open_table, parse_user_metadata, user_metadata
 
 log = logging.getLogger(__name__)
 
+_CONFLICTS = ("ConcurrentDeleteDeleteException", "ConcurrentDeleteReadException", "ConcurrentTransactionException",
+              "MetadataChangedException", "ProtocolChangedException")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: int
+    attempt: str
+    resolved_from_log: bool = False  # the commit call failed, but the log shows it landed
+
+
+def _seq(jvm: Any, items: Sequence[Any]) -> Any:
+    """A Scala immutable Seq (Spark's own py4j helper)."""
+    java_list = jvm.java.util.ArrayList()
+    for item in items:
+        java_list.add(item)
+    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
+
+
+def _scala_map(jvm: Any, items: Mapping[str, Any]) -> Any:
+    java_map = jvm.java.util.HashMap()
+    for k, v in items.items():
+        java_map.put(k, v)
+    return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(java_map)
+
+
+def _remove_json(f: Any, now_ms: int) -> str:
+    return json.dumps({"remove": {
+        "path": f.path, "deletionTimestamp": now_ms, "dataChange": False, "extendedFileMetadata": True,
+        "partitionValues": dict(f.partition_values), "size": f.size,
+    }})  # fmt: skip
+
+
+def _add_json(f: WrittenFile, now_ms: int) -> str:
+    return json.dumps({"add": {
+        "path": f.path, "partitionValues": dict(f.partition_values), "size": f.size, "modificationTime": now_ms,
+        "dataChange": False, "stats": f.stats,
+    }})  # fmt: skip
+
+
+def verify_outputs(table_uri: str, written: Sequence[WrittenFile]) -> None:
+    """Every output file exists with the size its writer reported (or the rewrite is abandoned)."""
+    fs, root = storage.filesystem(table_uri)
+    infos = fs.get_file_info([f"{root}/{f.path}" for f in written])
+    for f, info in zip(written, infos, strict=True):
+        if info.size is None or info.size != f.size:
+            raise CompactionConflictError(
+                f"output file {f.path} is missing or has {info.size} bytes instead of {f.size}; "
+                "the rewrite is abandoned (nothing was committed)"
+            )
+
+
+def _live_at(table_uri: str, version: int, paths: Sequence[str]) -> list[str]:
+    """Which of ``paths`` are not live at ``version``."""
+    table = open_table(table_uri, version=version)
+    actions = table.get_add_actions(flatten=True)
+    live = set(actions.column("path").to_pylist()) if actions.num_rows else set()
+    return [p for p in paths if p not in live]
+
+
+def find_attempt(table_uri: str, attempt: str, after_version: int) -> int | None:
+    """The version whose commit carries this attempt id, if one after ``after_version`` does."""
+    table = open_table(table_uri)
+    newer = table.version() - after_version
+    if newer <= 0:
+        return None
+    for entry in table.history(newer):
+        meta = parse_user_metadata(entry.get("userMetadata"))
+        if meta is not None and meta.get("attempt") == attempt:
+            return int(entry["version"])
+    return None
+
 
 def commit_rewrite(
-    table: DeltaTable,
-    spec: TableSpec,
+    spark: SparkSession,
+    table_uri: str,
     group: Group,
     written: Sequence[WrittenFile],
     *,
     metadata: Mapping[str, str],
-    attempts: int,
-) -> int:
-    """Swap the group's files for ``written`` in one commit; returns the new table version."""
+    zorder_by: Sequence[str] = (),
+) -> CommitResult:
+    """Swap the group's files for ``written`` in one Delta transaction; returns the new version."""
+    verify_outputs(table_uri, written)
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    assert jvm is not None
+    delta = jvm.org.apache.spark.sql.delta
+    attempt = uuid.uuid4().hex
+    delta_log = delta.DeltaLog.forTable(spark._jsparkSession, table_uri)  # type: ignore[attr-defined]
+    txn = delta_log.startTransaction()
+    read_version = int(txn.readVersion())
+    gone = _live_at(table_uri, read_version, [f.path for f in group.files])
+    if gone:
+        raise CompactionConflictError(
+            f"{len(gone)} input file(s) of the group are no longer in the table at version {read_version} "
+            f"(another compactor rewrote them), e.g. {gone[0]}; the rewrite is abandoned"
+        )
     now_ms = int(time.time() * 1000)
-    removes = [RemoveAction(f.path, False, now_ms, f.size, f.partition_values) for f in group.files]
-    actions = [*removes, *add_actions(written, data_change=False)]
-    for attempt in range(1, attempts + 1):
-        table.update_incremental()
-        live = referenced_paths(table)
-        gone = [f.path for f in group.files if f.path not in live]
-        if gone:
-            raise CompactionConflictError(
-                f"{len(gone)} input file(s) of the group were removed by another commit "
-                f"(at or before version {table.version()}), e.g. {gone[0]}; the rewrite is abandoned"
-            )
-        try:
-            table.create_write_transaction(
-                actions,
-                mode="append",
-                schema=spec.schema,
-                partition_by=list(spec.partition_by) or None,
-                commit_properties=CommitProperties(custom_metadata=dict(metadata), max_commit_retries=0),
-            )
-        except CommitFailedError:
-            log.debug("commit attempt %d lost a race; re-checking the inputs", attempt)
-            continue
-        except OSError as e:
-            raise TableError(f"compaction commit to {spec.uri} failed: {e}") from e
-        table.update_incremental()
-        return table.version()
-    raise CompactionConflictError(f"no commit slot after {attempts} attempts (a very busy table?)")
+    from_json = delta.actions.Action.fromJson
+    actions = [from_json(_remove_json(f, now_ms)) for f in group.files]
+    actions += [from_json(_add_json(f, now_ms)) for f in written]
+    sc = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
+    sizes = sorted(f.size for f in written) or [0]
+    values = {
+        "numRemovedFiles": len(group.files), "numAddedFiles": len(written),
+        "numRemovedBytes": sum(f.size for f in group.files), "numAddedBytes": sum(f.size for f in written),
+        "minFileSize": sizes[0], "maxFileSize": sizes[-1], "p50FileSize": sizes[len(sizes) // 2],
+        "p25FileSize": sizes[len(sizes) // 4], "p75FileSize": sizes[(3 * len(sizes)) // 4],
+    }  # fmt: skip
+    sql_metrics = {}
+    for name, value in values.items():
+        metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(sc, name)
+        metric.set(int(value))
+        sql_metrics[name] = metric
+    txn.registerSQLMetrics(spark._jsparkSession, _scala_map(jvm, sql_metrics))  # type: ignore[attr-defined]
+    operation = getattr(delta, "DeltaOperations$Optimize")(
+        _seq(jvm, []), _seq(jvm, list(zorder_by)), False, jvm.scala.Option.empty(), False
+    )
+    meta_text = user_metadata(**dict(metadata), attempt=attempt)
+    previous = spark.conf.get("spark.databricks.delta.commitInfo.userMetadata", None)
+    # A transaction takes its userMetadata from this setting of the thread's active session; the
+    # compactor runs on its own session (SparkSession.newSession), so the stream's commits never
+    # pick it up.
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[attr-defined]
+    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", meta_text)
+    try:
+        version = int(txn.commit(_seq(jvm, actions), operation, _scala_map(jvm, {METADATA_KEY + ".attempt": attempt})))
+        return CommitResult(version, attempt)
+    except Exception as e:
+        text = str(e)
+        if any(name in text for name in _CONFLICTS):
+            raise CompactionConflictError(f"another commit conflicted with the rewrite: {_first(text)}") from None
+        landed = find_attempt(table_uri, attempt, read_version)
+        if landed is not None:
+            log.warning("commit call failed (%s) but attempt %s is in the log at version %d", _first(text), attempt,
+                        landed)  # fmt: skip
+            return CommitResult(landed, attempt, resolved_from_log=True)
+        raise TableError(f"compaction commit to {table_uri} failed (nothing was committed): {_first(text)}") from e
+    finally:
+        if previous is None:
+            spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+        else:
+            spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", previous)
 
 
-def delete_files(table_uri: str, files: Sequence[WrittenFile]) -> None:
-    """Remove output files of an abandoned rewrite (never referenced by the log)."""
-    fs, root = filesystem(table_uri)
-    for f in files:
-        try:
-            fs.delete_file(f"{root}/{f.path}")
-        except FileNotFoundError:
-            pass
+def _first(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line[:300]
+    return text[:300]

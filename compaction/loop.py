@@ -1,9 +1,13 @@
-"""``lakecluster compact``: plan, rewrite and commit groups, forever or once.
+"""``lakecluster compact``: plan, rewrite and commit groups, forever or once; vacuum on a schedule.
 
-A stop request (SIGTERM, Ctrl-C) lets the group in flight finish and commit, then exits; a group
-that cannot commit is abandoned and its output files deleted. Leftovers of a compactor that died
-(``part-g*`` files no commit references, older than ``compaction.orphan_min_age_s``) are deleted
-at the start of every round.
+Each round syncs the column-stats index, plans groups (``planner``), and for each group re-reads
+the table (a group whose inputs another compactor already rewrote is dropped before any work),
+rewrites it with Spark (``rewrite``) and commits it through Delta (``commit``). Transient faults
+are retried with capped backoff; a fault retrying cannot fix stops the loop with
+:class:`FatalServiceError`. A stop request lets the group in flight finish for up to
+``compaction.stop_timeout_s``, then cancels its Spark jobs: an abandoned rewrite commits nothing,
+and its output files, referenced by no table version, are deleted by vacuum after the retention
+period. Nothing else in the compactor deletes files.
 """
 
 from __future__ import annotations
@@ -17,22 +21,23 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from lakecluster import metrics
-from lakecluster.compaction.commit import commit_rewrite, delete_files
+from lakecluster import metrics, storage
+from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.planner import Group, Plan, clustering_depth, plan, snapshot_files
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
+from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
-from lakecluster.errors import CompactionConflictError, LakeclusterError, NoBoundariesError
+from lakecluster.errors import CompactionConflictError, FatalServiceError, LakeclusterError, NoBoundariesError
 from lakecluster.faults import crash_point
 from lakecluster.index.ranges import clustering_ranges
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout
-from lakecluster.schema import arrow_schema
+from lakecluster.retry import Backoff, classify, first_line
 from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
-from lakecluster.table import TableSpec, open_or_create, remove_orphans
+from lakecluster.table import TableSpec, open_table
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +45,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class GroupResult:
     group: Group
-    result: str  # committed | conflict
+    result: str  # committed | conflict | skipped | abandoned
     files_out: int
     bytes_out: int
     seconds: float
@@ -50,34 +55,65 @@ class GroupResult:
     message: str = ""
 
 
+class _Stopped(Exception):
+    """The rewrite in flight was cancelled by a stop request."""
+
+
 class Compactor:
     def __init__(self, config: Config, *, spark: SparkSession | None = None) -> None:
         self.config = config
+        storage.configure(config.storage)
         t = config.table
-        self.spec = TableSpec(t.path, arrow_schema(t.columns), tuple(t.partition_by))
-        self.table = open_or_create(self.spec)
+        self.spec = TableSpec.of_columns(t.path, t.columns, t.partition_by)
+        self.table = open_table(self.spec.uri)  # read-only: a missing table is an error, never created here
         self.store = SketchStore(t.path)
         self.index_spec = IndexSpec.from_config(config)
-        self._spark = spark
+        self._shared_spark = spark
+        self._spark: SparkSession | None = None
         self._stop = threading.Event()
+        self._busy = threading.Event()
+        self._job_group: str | None = None
+        self.last_vacuum = 0.0
 
     @property
     def spark(self) -> SparkSession:
+        """The compactor's own session (shares the SparkContext of ``lakecluster run``): its SQL
+        settings (a commit's userMetadata, vacuum's retention check) never reach the stream's."""
         if self._spark is None:
-            self._spark = get_session(self.config.spark)
+            base = self._shared_spark or get_session(self.config.spark, self.config.storage, s3=self.config.uses_s3)
+            self._spark = base.newSession()
         return self._spark
 
+    # -- stopping -------------------------------------------------------------------------
+
     def request_stop(self) -> None:
+        """Stop after the group in flight, or cancel it after ``compaction.stop_timeout_s``."""
         self._stop.set()
+        threading.Thread(target=self._cancel_after_timeout, daemon=True, name="lakecluster-compact-stop").start()
+
+    def _cancel_after_timeout(self) -> None:
+        deadline = time.monotonic() + self.config.compaction.stop_timeout_s
+        while self._busy.is_set() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        group = self._job_group
+        if self._busy.is_set() and group is not None and self._spark is not None:
+            log.warning("stop: cancelling the rewrite in flight (nothing of it is committed)")
+            self._spark.sparkContext.cancelJobGroup(group)
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    # -- inputs ---------------------------------------------------------------------------
+
     def sketches(self) -> BoundarySketches:
         latest = self.store.latest()
         cols = self.config.table.clustering_columns
-        if latest is None or any(latest.sketches.get(c) is None or latest.sketches[c].n == 0 for c in cols):
+        # A column that is null in every row has an empty sketch but counts its nulls: it ranks
+        # every row 0, and compaction goes on with the other columns.
+        if latest is None or any(c not in latest.sketches for c in cols) or all(
+            latest.sketches[c].n + latest.sketches[c].nulls + latest.sketches[c].nans == 0 for c in cols
+        ):
             raise NoBoundariesError(
                 f"no boundary sketches for {', '.join(cols)} under {self.store.directory}; the stream writes them "
                 "with every micro-batch (run `lakecluster stream` first)"
@@ -87,14 +123,6 @@ class Compactor:
     def plan(self) -> Plan:
         self.table.update_incremental()
         return plan(self.table, self.spec.partition_by, self.config.compaction)
-
-    def clean_leftovers(self) -> list[str]:
-        removed = remove_orphans(self.table, self.spec.uri, name_prefix="g",
-                                 min_age_s=self.config.compaction.orphan_min_age_s)  # fmt: skip
-        if removed:
-            log.info("deleted %d leftover file(s) of abandoned rewrites", len(removed))
-            metrics.COMPACTION_LEFTOVERS.inc(len(removed))
-        return removed
 
     def sync_index(self) -> None:
         """Bring the column-stats index up to date; a failure is logged, never fails compaction
@@ -119,9 +147,10 @@ class Compactor:
                 log.info("reading ranges from the Delta log: index unusable (%s)", e)
         return snapshot_files(self.table, self.spec.partition_by)[1]
 
+    # -- one round --------------------------------------------------------------------------
+
     def run_once(self) -> list[GroupResult]:
         metrics.COMPACTION_RUNS.inc()
-        self.clean_leftovers()
         self.table.update_incremental()
         self.sync_index()
         the_plan = self.plan()
@@ -136,9 +165,19 @@ class Compactor:
         self.observe_table(sketches)
         return results
 
+    def _inputs_live(self, group: Group) -> bool:
+        self.table.update_incremental()
+        actions = self.table.get_add_actions(flatten=True)
+        live = set(actions.column("path").to_pylist()) if actions.num_rows else set()
+        return all(f.path in live for f in group.files)
+
     def compact_group(self, group: Group, sketches: BoundarySketches) -> GroupResult:
         cfg = self.config.compaction
         started = time.monotonic()
+        if not self._inputs_live(group):
+            metrics.COMPACTION_GROUPS.labels("skipped").inc()
+            return GroupResult(group, "skipped", 0, 0, 0.0, None, 0.0, 0.0,
+                               "inputs already rewritten by another compactor")  # fmt: skip
         n_out = group.expected_files(cfg.target_file_bytes)
         layout = ClusteringLayout.build(
             sketches, self.config.table.clustering_columns, curve=cfg.curve, target_cells=n_out,
@@ -146,26 +185,30 @@ class Compactor:
         )  # fmt: skip
         run_id = uuid.uuid4().hex[:12]
         spec = RewriteSpec(self.spec.uri, self.config.table.columns, self.spec.partition_by, layout,
-                           target_rows=max(1, -(-group.rows // n_out)),
-                           file_prefix=f"g{group.generation:02d}-{run_id}")  # fmt: skip
-        written = rewrite(self.spark, group, spec)
+                           target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}",
+                           storage=self.config.storage)  # fmt: skip
+        try:
+            written = self._rewrite(group, spec)
+        except _Stopped:
+            metrics.COMPACTION_GROUPS.labels("abandoned").inc()
+            return GroupResult(group, "abandoned", 0, 0, time.monotonic() - started, None, 0.0, 0.0, "stopped")
         crash_point("compaction_before_commit")
         self.table.update_incremental()
         before = self._scanned(self.ranges(), [f.path for f in group.files], sketches)
         meta = {
-            "lakecluster.operation": "compaction", "lakecluster.curve": cfg.curve,
-            "lakecluster.columns": ",".join(layout.columns), "lakecluster.levels": ",".join(map(str, layout.levels)),
-            "lakecluster.boundary_version": str(sketches.delta_version),
-            "lakecluster.generation": str(group.generation),
-            "lakecluster.run": run_id, "lakecluster.reason": group.reason,
+            "operation": "compaction", "curve": cfg.curve, "columns": ",".join(layout.columns),
+            "levels": ",".join(map(str, layout.levels)), "boundary_version": str(sketches.delta_version),
+            "generation": str(group.generation), "run": run_id, "reason": group.reason,
         }  # fmt: skip
         try:
-            version = commit_rewrite(self.table, self.spec, group, written, metadata=meta, attempts=cfg.commit_attempts)
+            result = commit_rewrite(self.spark, self.spec.uri, group, written, metadata=meta,
+                                    zorder_by=self.config.table.clustering_columns)  # fmt: skip
         except CompactionConflictError as e:
-            delete_files(self.spec.uri, written)
             metrics.COMPACTION_GROUPS.labels("conflict").inc()
-            log.warning("group in %s abandoned: %s", dict(group.partition), e)
+            log.warning("group in %s abandoned: %s", dict(group.partition) or "table", e)
             return GroupResult(group, "conflict", 0, 0, time.monotonic() - started, None, before, before, str(e))
+        crash_point("compaction_after_commit")
+        self.table.update_incremental()
         self.sync_index()
         after = self._scanned(self.ranges(), [f.path for f in written], sketches)
         seconds = time.monotonic() - started
@@ -180,11 +223,26 @@ class Compactor:
             "compacted %s: %d files (%.1f MB) -> %d files (%.1f MB) in %.1fs, generation %d, levels %s; "
             "files a point query reads here: %.1f -> %.1f (version %d; %s)",
             dict(group.partition) or "table", len(group.files), group.bytes / 1e6, len(written), bytes_out / 1e6,
-            seconds, group.generation, layout.levels, before, after, version, group.reason,
+            seconds, group.generation, layout.levels, before, after, result.version, group.reason,
         )  # fmt: skip
-        return GroupResult(group, "committed", len(written), bytes_out, seconds, version, before, after)
+        return GroupResult(group, "committed", len(written), bytes_out, seconds, result.version, before, after)
 
-    def _scanned(self, actions, paths: list[str], sketches: BoundarySketches) -> float:  # type: ignore[no-untyped-def]
+    def _rewrite(self, group: Group, spec: RewriteSpec) -> list:  # type: ignore[type-arg]
+        sc = self.spark.sparkContext
+        self._job_group = f"lakecluster-compact-{uuid.uuid4().hex[:8]}"
+        sc.setJobGroup(self._job_group, f"rewrite {len(group.files)} files", interruptOnCancel=True)
+        self._busy.set()
+        try:
+            return rewrite(self.spark, group, spec)
+        except Exception as e:
+            if self.stopping and ("cancel" in str(e).lower() or "interrupt" in str(e).lower()):
+                raise _Stopped from None
+            raise
+        finally:
+            self._busy.clear()
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+    def _scanned(self, actions: pa.Table, paths: list[str], sketches: BoundarySketches) -> float:
         cols = self.config.table.clustering_columns
         k = self.config.sketches.boundaries
         return sum(clustering_depth(actions, paths, sketches, c, k) for c in cols) / len(cols)
@@ -205,14 +263,42 @@ class Compactor:
             metrics.FILES_SCANNED.labels(c).set(clustering_depth(ranges, paths, sketches, c,
                                                                  self.config.sketches.boundaries))  # fmt: skip
 
+    # -- the service --------------------------------------------------------------------------
+
+    def maybe_vacuum(self) -> None:
+        interval = self.config.vacuum.interval_s
+        if interval <= 0 or time.monotonic() - self.last_vacuum < interval:
+            return
+        self.last_vacuum = time.monotonic()
+        vacuum_all(self.spark, self.config)
+
     def run_forever(self) -> None:
+        """Rounds every ``compaction.interval_s`` until stopped; raises FatalServiceError for good."""
         interval = self.config.compaction.interval_s
+        backoff = Backoff(self.config.retry)
         while not self.stopping:
+            wait = interval
             try:
                 self.run_once()
+                self.maybe_vacuum()
+                if backoff.in_episode:
+                    log.warning("compactor recovered after %.0fs", backoff.reset())
             except NoBoundariesError as e:
                 log.info("waiting: %s", e)
-            if self._stop.wait(interval):
+            except Exception as e:
+                text = f"{type(e).__name__}: {e}"
+                kind = classify(text)
+                metrics.SERVICE_FAILURES.labels("compactor", kind).inc()
+                delay = backoff.next_delay(kind)
+                if delay is None:
+                    raise FatalServiceError(f"the compactor stopped for good ({kind} fault): {first_line(text)}") from e
+                if backoff.attempts == 1:
+                    log.warning("compaction round failed (%s fault), retrying with backoff: %s", kind, first_line(text))
+                else:
+                    log.info("compaction retry %d in %.1fs: %s", backoff.attempts, delay, first_line(text))
+                metrics.SERVICE_RESTARTS.labels("compactor").inc()
+                wait = delay
+            if self._stop.wait(wait):
                 break
 
 

@@ -13,10 +13,10 @@ The input is cached between 3 and 4, so the group is read once.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
+import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -25,10 +25,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakecluster.compaction.planner import Group
+from lakecluster.config import StorageConfig
 from lakecluster.curves import key_array
 from lakecluster.layout import ClusteringLayout, assign_files, pieces
-from lakecluster.parquet_files import WrittenFile, filesystem, write_files
+from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.schema import ColumnSpec, arrow_schema, spark_ddl
+from lakecluster.storage import filesystem
+from lakecluster.uris import normalize
 
 CELL, KEY, FILE = "_lc_cell", "_lc_key", "_lc_file"
 OUTPUT_DDL = "path string, size bigint, num_records bigint, partition_values string, stats string"
@@ -42,8 +45,9 @@ class RewriteSpec:
     columns: tuple[ColumnSpec, ...]
     partition_by: tuple[str, ...]
     layout: ClusteringLayout
-    target_rows: int
+    target_files: int  # output files the group becomes (about its bytes / compaction.target_file_bytes)
     file_prefix: str  # "g<generation>-<run id>", see planner.file_run
+    storage: StorageConfig = field(default_factory=StorageConfig)  # executors build their own filesystem
 
 
 def _key_task(layout: ClusteringLayout, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -56,43 +60,78 @@ def _key_task(layout: ClusteringLayout, batches: Iterator[pa.RecordBatch]) -> It
         )
 
 
-def _write_task(spec: RewriteSpec, file_pieces: dict[int, int], partition: dict[str, str | None],
-                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    batches = list(batches)
-    if not batches:
-        return
-    table = pa.Table.from_batches(batches)
+def _write_task(
+    spec: RewriteSpec,
+    file_rows: dict[int, int],
+    file_pieces: dict[int, int],
+    partition: dict[str, str | None],
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Write this task's rows (sorted by file, then key) as files, streaming: one batch in memory.
+
+    A file id with more rows than a file should hold is cut into ``file_pieces`` equal pieces
+    along the key; the row counts per file id are known from the planning step.
+    """
+    fs, root = filesystem(spec.table_uri, spec.storage)
     schema = arrow_schema(spec.columns)
-    file_ids = table[FILE].to_numpy()
-    starts = np.flatnonzero(np.r_[True, file_ids[1:] != file_ids[:-1]])
-    ends = np.r_[starts[1:], len(file_ids)]
-    rows = []
-    for start, end in zip(starts, ends, strict=True):
-        n = int(end - start)
-        k = file_pieces[int(file_ids[start])]
-        cuts = [start + (n * i) // k for i in range(k + 1)]
-        for a, b in itertools.pairwise(cuts):
-            piece = table.slice(int(a), int(b - a))
-            data = pa.Table.from_arrays([_column(piece, f, partition) for f in schema], schema=schema)
-            for f in write_files(spec.table_uri, data, partition_by=spec.partition_by, prefix=spec.file_prefix,
-                                 max_rows_per_file=max(data.num_rows, 1)):  # fmt: skip
-                rows.append({"path": f.path, "size": f.size, "num_records": f.num_records,
-                             "partition_values": json.dumps(f.partition_values), "stats": f.stats})  # fmt: skip
+    token = uuid.uuid4().hex[:16]
+    written: list[WrittenFile] = []
+    writer: FileWriter | None = None
+    current: tuple[int, int] | None = None  # (file id, piece)
+    seen: dict[int, int] = {}
+    n = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        table = pa.Table.from_batches([batch])
+        file_ids = table[FILE].to_numpy()
+        starts = np.flatnonzero(np.r_[True, file_ids[1:] != file_ids[:-1]])
+        ends = np.r_[starts[1:], len(file_ids)]
+        for start, end in zip(starts, ends, strict=True):
+            fid = int(file_ids[start])
+            total, k = file_rows[fid], file_pieces[fid]
+            pos = seen.get(fid, 0)
+            seen[fid] = pos + int(end - start)
+            # cut points of the file's pieces, in the file's own row numbering
+            cuts = [(total * i) // k for i in range(1, k)]
+            offset = int(start)
+            while offset < end:
+                row = pos + (offset - int(start))
+                piece = sum(1 for c in cuts if c <= row)
+                if current != (fid, piece):
+                    if writer is not None:
+                        written.append(writer.close())
+                    name = f"part-{spec.file_prefix}-{token}-c{n:05d}.snappy.parquet"
+                    n += 1
+                    writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name),
+                                        _data_schema(schema, spec.partition_by), partition)  # fmt: skip
+                    current = (fid, piece)
+                next_cut = next((c for c in cuts if c > row), None)
+                stop = int(end) if next_cut is None else min(int(end), int(start) + next_cut - pos)
+                assert writer is not None
+                writer.write(_data_columns(table.slice(offset, stop - offset), schema, spec.partition_by))
+                offset = stop
+    if writer is not None:
+        written.append(writer.close())
+    rows = [{"path": f.path, "size": f.size, "num_records": f.num_records,
+             "partition_values": json.dumps(f.partition_values), "stats": f.stats} for f in written]  # fmt: skip
     yield pa.RecordBatch.from_pylist(rows, schema=_OUTPUT_SCHEMA)
 
 
-def _column(piece: pa.Table, field: pa.Field, partition: dict[str, str | None]) -> pa.Array:
-    if field.name in partition:
-        value = partition[field.name]
-        text = pa.array([value] * piece.num_rows, pa.string())
-        return text.cast(field.type)
-    return piece[field.name].combine_chunks().cast(field.type)
+def _data_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
+    """Data files hold the non-partition columns (Delta keeps partition values in the log)."""
+    return pa.schema([f for f in schema if f.name not in partition_by])
+
+
+def _data_columns(piece: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> pa.Table:
+    fields = [f for f in schema if f.name not in partition_by]
+    return pa.Table.from_arrays([piece[f.name].combine_chunks().cast(f.type) for f in fields],
+                                schema=pa.schema(fields))  # fmt: skip
 
 
 def read_group(spark: SparkSession, table_uri: str, columns: Sequence[ColumnSpec],
                partition_by: Sequence[str], paths: Sequence[str]) -> DataFrame:  # fmt: skip
-    _fs, root = filesystem(table_uri)
-    base = table_uri.rstrip("/") if "://" in table_uri else root
+    base = normalize(table_uri)
     data_columns = tuple(c for c in columns if c.name not in partition_by)
     return spark.read.schema(spark_ddl(data_columns)).parquet(*[f"{base}/{p}" for p in paths])
 
@@ -105,11 +144,14 @@ def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[Writte
         counts = sorted((bytes(r[CELL]), int(r["count"])) for r in keyed.groupBy(CELL).count().collect())
         if not counts:
             return []
-        file_of_cell = assign_files([c for _, c in counts], spec.target_rows)
+        # Rows per output file from the rows actually read: files of other writers may carry no stats
+        # (no row count), and sizing by a count of 0 would make a file per row.
+        target_rows = max(1, -(-sum(c for _, c in counts) // max(spec.target_files, 1)))
+        file_of_cell = assign_files([c for _, c in counts], target_rows)
         rows_per_file: dict[int, int] = {}
         for (_, c), f in zip(counts, file_of_cell, strict=True):
             rows_per_file[f] = rows_per_file.get(f, 0) + c
-        file_pieces = {f: pieces(r, spec.target_rows) for f, r in rows_per_file.items()}
+        file_pieces = {f: pieces(r, target_rows) for f, r in rows_per_file.items()}
         mapping = spark.createDataFrame(
             [(cell, f) for (cell, _), f in zip(counts, file_of_cell, strict=True)], f"{CELL} binary, {FILE} int"
         )
@@ -117,7 +159,7 @@ def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[Writte
         arranged = (
             keyed.join(F.broadcast(mapping), CELL).drop(CELL).repartition(tasks, FILE).sortWithinPartitions(FILE, KEY)
         )
-        write = functools.partial(_write_task, spec, file_pieces, group.partition_values)
+        write = functools.partial(_write_task, spec, rows_per_file, file_pieces, group.partition_values)
         out = arranged.mapInArrow(write, OUTPUT_DDL).collect()
     finally:
         keyed.unpersist()

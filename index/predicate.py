@@ -62,7 +62,8 @@ def tokenize(text: str) -> list[Token]:
         if m is None:
             if text[pos] == "'":
                 raise PredicateError("unterminated string literal (close it with ')", text, pos)
-            raise PredicateError(f"unexpected character {text[pos]!r}", text, pos)
+            raise PredicateError(f"unexpected character {text[pos]!r}; {quote_hint(text, _word_start(text, pos))}",
+                                 text, pos)  # fmt: skip
         kind = m.lastgroup or ""
         raw = m.group()
         if kind == "string":
@@ -280,6 +281,9 @@ class _Parser:
             op_tok = self.tok
             self.i += 1
             if self.tok.kind == "ident":
+                if self.tok.text.lower() not in {c.lower() for c in self.columns}:
+                    raise self.error(f"expected a value after '{op_tok.text}', found {self.found()}; "
+                                     f"{quote_hint(self.text, self.tok.pos)}")  # fmt: skip
                 raise self.error("comparing two columns cannot prune files; compare a column with a value")
             if not self.starts_literal():
                 raise self.error(f"expected a value after '{op_tok.text}', found {self.found()}")
@@ -338,7 +342,8 @@ class _Parser:
         if t.kind == "keyword" and t.value in ("TRUE", "FALSE", "NAN", "INFINITY", "NULL"):
             self.i += 1
             return (t,)
-        raise self.error(f"expected a value, found {self.found()}")
+        hint = f"; {quote_hint(self.text, t.pos)}" if t.kind == "ident" else ""
+        raise self.error(f"expected a value, found {self.found()}{hint}")
 
     def typed(self, col: ColumnSpec, toks: tuple[Token, ...]) -> Any:
         """The literal as an exact value of the column's type, or a PredicateError at the literal."""
@@ -458,3 +463,20 @@ def to_sql(expr: Expr) -> str:
     if isinstance(expr, IsNull):
         return f"({name} IS {neg}NULL)"
     return f"({name} {neg}LIKE {sql_literal(expr.column, expr.pattern)} ESCAPE '\\')"
+
+
+_VALUE_END = re.compile(r"\s+(AND|OR)\b|[,)]|$", re.IGNORECASE)
+
+
+def _word_start(text: str, pos: int) -> int:
+    while pos > 0 and not text[pos - 1].isspace() and text[pos - 1] not in "=<>!(,":
+        pos -= 1
+    return pos
+
+
+def quote_hint(text: str, pos: int) -> str:
+    """A hint for an unquoted string value: the value as it should be written."""
+    match = _VALUE_END.search(text, pos)
+    end = match.start() if match else len(text)
+    value = text[pos:end].strip().replace("'", "''")
+    return f"string values need quotes: '{value}'" if value else "string values need quotes, e.g. 'UNITED KI1'"

@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from lakecluster.config import Config
 from lakecluster.errors import StatsIndexError
+from lakecluster.index.store import GC_GRACE_S_DEFAULT
 from lakecluster.schema import ColumnSpec
 
 
@@ -22,12 +23,13 @@ class IndexSpec:
     row_group_rows: int = 16_384
     max_segments: int = 8
     nan_counts: str = "assume"  # "assume": NaN possible in float columns; "scan": count them in the files
+    gc_grace_s: float = GC_GRACE_S_DEFAULT  # unreferenced index files are kept this long (store.py)
 
     @classmethod
     def from_config(cls, config: Config) -> IndexSpec:
         c, t = config.index, config.table
         return cls(t.path, c.resolved_path(t), tuple(c.columns), tuple(t.clustering_columns), c.max_columns,
-                   c.row_group_rows, c.max_segments, c.nan_counts)  # fmt: skip
+                   c.row_group_rows, c.max_segments, c.nan_counts, c.gc_grace_s)  # fmt: skip
 
     @classmethod
     def for_table(cls, table_uri: str) -> IndexSpec:

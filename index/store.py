@@ -1,18 +1,33 @@
 """The index on storage: an LSM of Parquet files sorted by (column, partition, file), and a manifest.
 
 ``<index path>/manifest.json`` names the Delta version the index reflects, the table's columns,
-the base file and the delta segments (oldest first). It is replaced atomically (write a temporary
-file, then rename): a reader sees either the old or the new index, never a mix. Every data file
-is sorted by the key and written so that **no row group spans two columns**, with row-group
-statistics on the key: a reader of one column reads the footer, then only that column's row
-groups. A segment holds the rows of files added since the previous sync and tombstones
-(``deleted = true``) of removed files; for each (column, file) the newest file wins. When there
-are more than ``max_segments`` segments, base and segments are merged into a new base.
+the base file and the delta segments (oldest first). It is replaced atomically (locally: write a
+temporary file, then rename; on object stores: one PUT of the whole object): a reader sees either
+the old or the new index, never a mix. Every data file is sorted by the key and written so that
+**no row group spans two columns**, with row-group statistics on the key: a reader of one column
+reads the footer, then only that column's row groups. A segment holds the rows of files added
+since the previous sync and tombstones (``deleted = true``) of removed files; for each (column,
+file) the newest file wins. When there are more than ``max_segments`` segments, base and
+segments are merged into a new base.
+
+Several processes may sync at once (the stream, the compactor, ``prune``), on local disk or on an
+object store with neither locks nor atomic renames. So publishing never deletes anything:
+
+* A writer re-reads the manifest just before publishing and gives up when the index is already at
+  a newer version (or at its version, from another base): it never moves the index back.
+* The manifest records when each file stopped being named (``retired``). The collector (``gc``)
+  deletes a data file only when the current manifest does not name it and it was retired, or (never
+  named: another writer's unpublished segment, a crashed writer's leftover) written, at least
+  ``gc_grace_s`` ago. A reader or writer holding an older manifest has that long to finish.
+* A writer publishes only within half the grace period of reading the manifest it builds on (the
+  other half absorbs clock skew), and never a manifest naming a file that is gone.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow import fs as pafs
 
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.stats import KEY, ROW_SCHEMA, empty_rows
@@ -30,7 +46,12 @@ from lakecluster.schema import ColumnSpec
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+GC_GRACE_S_DEFAULT = 3600.0  # index.gc_grace_s: how long unreferenced index files are kept
+_TMP = f".{MANIFEST}."  # prefix of temporary manifests (local and HDFS-like storage)
+# Object stores: a PUT replaces the whole object atomically, and a "move" is a copy plus a delete.
+_OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,6 +63,9 @@ class Manifest:
     fingerprint: dict
     base: str | None = None
     segments: list[str] = field(default_factory=list)
+    # Data files earlier manifests named and this one does not -> when they stopped being named
+    # (Unix seconds); the collector keeps them for the grace period after that.
+    retired: dict[str, float] = field(default_factory=dict)
     format: int = FORMAT
 
     def columns(self) -> tuple[ColumnSpec, ...]:
@@ -57,6 +81,20 @@ class Manifest:
 
 
 @dataclass(frozen=True)
+class Publication:
+    """What became of a new manifest: published, or not (``reason``) because publishing it was
+    unnecessary (the index is already at a newer version) or unsafe (the writer took too long)."""
+
+    manifest: Manifest
+    published: bool
+    reason: str = ""
+
+
+class IndexFilesMissing(StatsIndexError):
+    """A manifest about to be published names data files that are gone (only a rebuild helps)."""
+
+
+@dataclass(frozen=True)
 class ColumnRead:
     rows: pa.Table  # live rows of the column
     bytes_read: int  # footers + the column chunks of the row groups read
@@ -64,15 +102,25 @@ class ColumnRead:
 
 
 class IndexStore:
-    def __init__(self, path: str, *, row_group_rows: int = 16_384) -> None:
+    """The index under ``path``. A store reads the data files of the manifest it last returned from
+    :meth:`manifest` (or published): a caller that looked at the manifest gets exactly its rows."""
+
+    def __init__(self, path: str, *, row_group_rows: int = 16_384, gc_grace_s: float = GC_GRACE_S_DEFAULT) -> None:
         self.path = path.rstrip("/")
         self.fs, self.root = filesystem(self.path)
         self.row_group_rows = row_group_rows
+        self.gc_grace_s = gc_grace_s
+        self._pinned: Manifest | None = None
 
     # -- manifest ---------------------------------------------------------------------------
 
     def manifest(self) -> Manifest | None:
-        """The current manifest, None when there is no index; StatsIndexError when unreadable."""
+        """The current manifest, None when there is no index; StatsIndexError when unreadable.
+        Later reads of this store use it (until the next call or publication)."""
+        self._pinned = self._load()
+        return self._pinned
+
+    def _load(self) -> Manifest | None:
         try:
             with self.fs.open_input_stream(f"{self.root}/{MANIFEST}") as f:
                 raw = json.loads(f.read())
@@ -87,20 +135,113 @@ class IndexStore:
         except TypeError as e:
             raise StatsIndexError(f"index manifest under {self.path} is inconsistent: {e}") from e
 
-    def publish(self, manifest: Manifest) -> None:
-        """Replace the manifest atomically, then delete data files it no longer names."""
-        self.fs.create_dir(self.root, recursive=True)
-        tmp = f"{self.root}/.{MANIFEST}.{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(json.dumps(asdict(manifest), indent=1).encode())
-        self.fs.move(tmp, f"{self.root}/{MANIFEST}")
-        keep = set(manifest.files)
-        from pyarrow import fs as pafs
+    def publish(self, manifest: Manifest, *, based_on: Manifest | None, started: float) -> Publication:
+        """Make ``manifest`` the current one, unless that would move the index back or is unsafe.
 
+        ``based_on`` is the manifest the new one was derived from (None: built from scratch);
+        ``started`` the ``time.monotonic()`` at which the writer read it (or began writing files).
+        Deletes nothing itself: afterwards it runs the collector (:meth:`gc`), which keeps every
+        file for the grace period. Raises IndexFilesMissing when the manifest names a file that
+        is gone.
+        """
+        listing = self._list()  # before the manifest is read again: see gc()
+        try:
+            current = self._load()
+        except StatsIndexError:
+            current = None  # unreadable: replacing it is the point
+        reason = _superseded(current, manifest, based_on)
+        if not reason and self.gc_grace_s > 0 and time.monotonic() - started > self.gc_grace_s / 2:
+            # Files this writer relies on may be collected from now on (the other half of the
+            # grace period absorbs clock skew between machines and the store).
+            reason = (f"the sync took {time.monotonic() - started:.0f}s, more than half of index.gc_grace_s "
+                      f"({self.gc_grace_s:g}s)")  # fmt: skip
+        if reason:
+            log.info("index under %s: version %d not published: %s", self.path, manifest.delta_version, reason)
+            self._pinned = None
+            return Publication(manifest, False, reason)
+        missing = [name for name in manifest.files if name not in listing]
+        if missing:
+            raise IndexFilesMissing(f"index files under {self.path} are missing: {', '.join(missing)}")
+        now = time.time()
+        manifest = Manifest(**{**asdict(manifest), "retired": self._retired(manifest, (based_on, current), now)})
+        self._write_manifest(manifest)
+        self._pinned = manifest
+        try:
+            self.gc(now=now, listing=listing)
+        except OSError:  # collecting is best effort: the next publication tries again
+            log.warning("collecting unreferenced index files under %s failed", self.path, exc_info=True)
+        return Publication(manifest, True)
+
+    def _retired(self, new: Manifest, sources: Sequence[Manifest | None], now: float) -> dict[str, float]:
+        """``new``'s retired files: those the sources name and it does not (retired now), and the
+        sources' retired files still within the grace period (past it they are collectable anyway)."""
+        named = set(new.files)
+        out: dict[str, float] = {}
+        for m in sources:
+            for name, at in (m.retired if m else {}).items():
+                if name not in named and now - at < self.gc_grace_s:
+                    out[name] = max(at, out.get(name, at))
+        for m in sources:
+            for name in m.files if m else []:
+                if name not in named:
+                    out[name] = now
+        return dict(sorted(out.items()))
+
+    def _write_manifest(self, manifest: Manifest) -> None:
+        data = json.dumps(asdict(manifest), indent=1).encode()
+        target = f"{self.root}/{MANIFEST}"
+        self.fs.create_dir(self.root, recursive=True)
+        if self.fs.type_name in _OBJECT_STORES:
+            # One PUT is atomic: readers see the old or the new object. A temporary object and
+            # fs.move would be a copy and a delete, no better and two more requests.
+            with self.fs.open_output_stream(target) as out:
+                out.write(data)
+            return
+        tmp = f"{self.root}/{_TMP}{uuid.uuid4().hex}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, target)  # rename(2): atomic, replaces the old manifest
+
+    # -- collecting garbage -------------------------------------------------------------------
+
+    def _list(self) -> dict[str, float | None]:
+        """Index data files and temporary manifests -> modification time (Unix seconds, None: unknown)."""
+        out: dict[str, float | None] = {}
         for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
-            if info.base_name.endswith(".parquet") and info.base_name not in keep:
-                # A reader that still holds the old manifest retries with the new one.
-                self.fs.delete_file(info.path)
+            name = info.base_name
+            if info.type == pafs.FileType.File and (name.endswith(".parquet") or name.startswith(_TMP)):
+                out[name] = info.mtime_ns / 1e9 if info.mtime_ns is not None else None
+        return out
+
+    def gc(self, *, now: float | None = None, listing: dict[str, float | None] | None = None) -> list[str]:
+        """Delete the index files no current manifest names that were retired (or, never named,
+        written) at least ``gc_grace_s`` before ``now``; returns their names.
+
+        The directory is listed before the manifest is read, so a file published meanwhile is
+        never mistaken for garbage unless it was retired or written more than the grace period
+        ago, which a writer that publishes in time (see ``publish``) never names.
+        """
+        listing = self._list() if listing is None else listing
+        try:
+            current = self._load()
+        except StatsIndexError:
+            return []  # which files are live is unknown: delete nothing until a sync replaces it
+        now = time.time() if now is None else now
+        named = set(current.files) if current else set()
+        retired = current.retired if current else {}
+        deleted = []
+        for name, mtime in sorted(listing.items()):
+            if name in named or mtime is None:
+                continue
+            if now - max(mtime, retired.get(name, mtime)) >= self.gc_grace_s:
+                try:
+                    self.fs.delete_file(f"{self.root}/{name}")
+                except FileNotFoundError:
+                    pass  # another collector was first
+                deleted.append(name)
+        if deleted:
+            log.info("index under %s: collected %d unreferenced file(s)", self.path, len(deleted))
+        return deleted
 
     # -- data files ---------------------------------------------------------------------------
 
@@ -123,9 +264,12 @@ class IndexStore:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def read_column(self, column: str, columns: Sequence[str] | None = None) -> ColumnRead:
-        """Live rows of one column: per file, the footer and the row groups whose key range holds it."""
-        return self._retrying(lambda m: self._read_column(m, column, columns))
+    def read_column(
+        self, column: str, columns: Sequence[str] | None = None, *, manifest: Manifest | None = None
+    ) -> ColumnRead:
+        """Live rows of one column: per file, the footer and the row groups whose key range holds it.
+        From ``manifest``, else the one this store holds, else the current one."""
+        return self._retrying(lambda m: self._read_column(m, column, columns), manifest)
 
     def _read_column(self, manifest: Manifest, column: str, columns: Sequence[str] | None) -> ColumnRead:
         wanted = list(dict.fromkeys([*(columns or ROW_SCHEMA.names), "column", "file", "deleted"]))
@@ -150,9 +294,10 @@ class IndexStore:
             tables.append(t.append_column("_seq", pa.array(np.full(t.num_rows, seq, dtype=np.int32))))
         return ColumnRead(_latest(tables, wanted), nbytes, groups)
 
-    def read_all(self) -> pa.Table:
-        """Every live row, sorted by the key (for `index show`, merges and the equality checks)."""
-        return self._retrying(self._read_all)
+    def read_all(self, *, manifest: Manifest | None = None) -> pa.Table:
+        """Every live row, sorted by the key (for `index show`, merges and the equality checks).
+        From ``manifest``, else the one this store holds, else the current one."""
+        return self._retrying(self._read_all, manifest)
 
     def _read_all(self, manifest: Manifest) -> pa.Table:
         tables = []
@@ -161,13 +306,26 @@ class IndexStore:
             tables.append(t.append_column("_seq", pa.array(np.full(t.num_rows, seq, dtype=np.int32))))
         return _latest(tables, ROW_SCHEMA.names)
 
-    def _retrying(self, read: Callable[[Manifest], _T]) -> _T:
+    def _retrying(self, read: Callable[[Manifest], _T], manifest: Manifest | None) -> _T:
+        """``read`` of the given or held manifest; else of the current one, again with the next
+        one when a file vanished (files of a replaced manifest are collected after the grace period)."""
+        held = manifest or self._pinned
+        if held is not None:
+            try:
+                return read(held)
+            except FileNotFoundError as e:
+                # Reading a newer manifest instead would mix versions under the caller.
+                raise StatsIndexError(
+                    f"a file of the index manifest (version {held.delta_version}) under {self.path} is gone: "
+                    f"it was replaced more than index.gc_grace_s ({self.gc_grace_s:g}s) ago, or the index "
+                    f"is damaged (run `lakecluster index rebuild`): {e}"
+                ) from e
         for attempt in range(3):
-            manifest = self.manifest()
-            if manifest is None:
+            current = self._load()
+            if current is None:
                 raise StatsIndexError(f"no index under {self.path} (run `lakecluster index sync`)")
             try:
-                return read(manifest)
+                return read(current)
             except FileNotFoundError:
                 if attempt == 2:
                     raise StatsIndexError(f"index files under {self.path} keep disappearing; rebuild it") from None
@@ -175,23 +333,38 @@ class IndexStore:
 
     # -- writing new states -----------------------------------------------------------------------
 
-    def replace(self, rows: pa.Table, manifest: Manifest) -> Manifest:
-        """A new base holding ``rows``, no segments."""
+    def replace(self, rows: pa.Table, manifest: Manifest, *, based_on: Manifest | None = None) -> Publication:
+        """Publish a new base holding ``rows``, no segments (``based_on``: what ``rows`` were read from)."""
+        started = time.monotonic()  # the base is the only file a rebuild needs kept
         base = self.write(rows, "base", manifest.delta_version)
         new = Manifest(**{**asdict(manifest), "base": base, "segments": []})
-        self.publish(new)
-        return new
+        return self.publish(new, based_on=based_on, started=started)
 
-    def append(self, rows: pa.Table, old: Manifest, version: int, max_segments: int) -> Manifest:
-        """A segment with ``rows`` (adds and tombstones) on top of ``old``; merges past ``max_segments``."""
+    def append(self, rows: pa.Table, old: Manifest, version: int, max_segments: int, *,
+               started: float) -> Publication:  # fmt: skip
+        """Publish a segment with ``rows`` (adds and tombstones) on top of ``old``, read at
+        ``started`` (``time.monotonic()``); merges past ``max_segments``."""
         segments = list(old.segments)
         if rows.num_rows:
             segments.append(self.write(rows, "seg", version))
         new = Manifest(**{**asdict(old), "delta_version": version, "segments": segments})
-        self.publish(new)
-        if len(segments) > max_segments:
-            new = self.replace(self.read_all(), new)
-        return new
+        appended = self.publish(new, based_on=old, started=started)
+        if not appended.published or len(segments) <= max_segments:
+            return appended
+        merged = self.replace(self.read_all(manifest=appended.manifest), appended.manifest,
+                              based_on=appended.manifest)  # fmt: skip
+        return merged if merged.published else appended
+
+
+def _superseded(current: Manifest | None, new: Manifest, based_on: Manifest | None) -> str:
+    """Why publishing ``new`` over ``current`` would be redundant ("" when it is not)."""
+    if current is None or current.fingerprint != new.fingerprint:
+        return ""  # no index, or one built with other settings: the new one replaces it
+    if current.delta_version > new.delta_version:
+        return f"the index is already at version {current.delta_version}"
+    if current.delta_version == new.delta_version and based_on is not None and current.files != based_on.files:
+        return f"another sync already published version {current.delta_version}"
+    return ""
 
 
 def _runs(column: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:

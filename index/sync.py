@@ -7,6 +7,9 @@ when there is no index or it is unreadable, when it was built with other setting
 changes the table's metadata (schema, partitioning), or when a commit the index needs is gone
 (a checkpoint made older JSON files expendable). Both paths encode stats with the same code
 (``stats.py``), so the incremental index equals a rebuild; the tests check exactly that.
+
+Syncs may run at once in several processes. A sync whose result another one already superseded
+does not publish it (``published`` is False); see ``store.py`` for what publication guarantees.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from deltalake import DeltaTable
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.spec import IndexSpec, table_columns
 from lakecluster.index.stats import from_add_actions, from_log_actions, partition_keys, scan_nan_counts, tombstones
-from lakecluster.index.store import IndexStore, Manifest
+from lakecluster.index.store import IndexFilesMissing, IndexStore, Manifest
 from lakecluster.parquet_files import filesystem
 
 log = logging.getLogger(__name__)
@@ -38,10 +41,11 @@ class SyncResult:
     files_removed: int
     seconds: float
     reason: str = ""
+    published: bool = True  # False: a concurrent sync got there first (or this one was too slow)
 
 
 def store_for(spec: IndexSpec) -> IndexStore:
-    return IndexStore(spec.index_path, row_group_rows=spec.row_group_rows)
+    return IndexStore(spec.index_path, row_group_rows=spec.row_group_rows, gc_grace_s=spec.gc_grace_s)
 
 
 def rebuild(spec: IndexSpec, reason: str = "requested") -> SyncResult:
@@ -58,10 +62,13 @@ def rebuild(spec: IndexSpec, reason: str = "requested") -> SyncResult:
     rows = from_add_actions(actions, indexed, partition_by, nans)
     manifest = Manifest(table.version(), [{"name": c.name, "type": c.type} for c in columns],
                         [c.name for c in indexed], partition_by, spec.fingerprint())  # fmt: skip
-    store_for(spec).replace(rows, manifest)
+    published = store_for(spec).replace(rows, manifest)
+    if not published.published:
+        reason = f"{reason}; not published: {published.reason}"
     log.info("index of %s rebuilt at version %d (%s): %d files", spec.table_uri, table.version(), reason,
              actions.num_rows)  # fmt: skip
-    return SyncResult("rebuild", None, table.version(), actions.num_rows, 0, time.monotonic() - started, reason)
+    return SyncResult("rebuild", None, table.version(), actions.num_rows, 0, time.monotonic() - started, reason,
+                      published.published)  # fmt: skip
 
 
 class _NeedsRebuild(Exception):
@@ -112,7 +119,7 @@ def is_current(spec: IndexSpec) -> bool:
 
 def sync(spec: IndexSpec) -> SyncResult:
     """Bring the index to the table's latest version (incrementally when it can)."""
-    started = time.monotonic()
+    started = time.monotonic()  # the files of the manifest read next are safe for the grace period from here
     store = store_for(spec)
     try:
         manifest = store.manifest()
@@ -137,9 +144,13 @@ def sync(spec: IndexSpec) -> SyncResult:
     adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, nans)
     dead = tombstones(indexed, _removed_keys(removed, manifest))
     version = manifest.delta_version + len(commits)
-    store.append(pa.concat_tables([adds, dead]), manifest, version, spec.max_segments)
+    try:
+        published = store.append(pa.concat_tables([adds, dead]), manifest, version, spec.max_segments,
+                                 started=started)  # fmt: skip
+    except IndexFilesMissing as e:
+        return rebuild(spec, str(e))
     return SyncResult("incremental", manifest.delta_version, version, len(added), len(removed),
-                      time.monotonic() - started)  # fmt: skip
+                      time.monotonic() - started, published.reason, published.published)  # fmt: skip
 
 
 def _net_changes(commits: list[list[dict]]) -> tuple[dict[str, dict], dict[str, dict]]:

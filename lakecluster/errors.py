@@ -15,6 +15,10 @@ class ConfigError(LakeclusterError, ValueError):
         super().__init__(f"config key '{key}': {message}")
 
 
+class JarResolutionError(LakeclusterError):
+    """The JVM jars Spark needs cannot be resolved, compiled or found (Java, Maven Central)."""
+
+
 class SourceError(LakeclusterError):
     """The record source cannot be read."""
 
@@ -35,6 +39,14 @@ class TableError(LakeclusterError):
     """The Delta table cannot be created, opened or written."""
 
 
+class TableNotFoundError(TableError):
+    """No Delta table exists at the location (read-only commands never create one)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        super().__init__(f"no Delta table at {uri} (check table.path; the stream creates it on its first run)")
+
+
 class TableNotWritableError(TableError):
     """The table location cannot be written to."""
 
@@ -46,6 +58,18 @@ class SchemaMismatchError(TableError):
         self.table = table
         self.differences = differences
         super().__init__(f"schema of existing table {table} disagrees with the config: " + "; ".join(differences))
+
+
+class CheckpointError(LakeclusterError):
+    """The stream's checkpoint cannot be used as it is (written by another stream or program)."""
+
+
+class LeaseHeldError(LakeclusterError):
+    """Another process already runs this stream (or holds the lease it needs)."""
+
+
+class FatalServiceError(LakeclusterError):
+    """A service met a fault that retrying cannot fix; it stops with a non-zero exit code."""
 
 
 class SketchStoreError(LakeclusterError):

@@ -45,6 +45,15 @@ TABLE_BYTES = Gauge("lakecluster_table_bytes", "Bytes of live data files", regis
 FILES_SCANNED = Gauge("lakecluster_point_query_files_estimate",
                       "Expected files a point query on the column reads (clustering depth)", ["column"],
                       registry=REGISTRY)  # fmt: skip
+SERVICE_FAILURES = Counter("lakecluster_service_failures_total",
+                           "Faults of a service by kind (transient, fatal, unknown)", ["service", "kind"],
+                           registry=REGISTRY)  # fmt: skip
+SERVICE_RESTARTS = Counter("lakecluster_service_restarts_total", "Retries of a service after a fault", ["service"],
+                           registry=REGISTRY)  # fmt: skip
+VACUUM_FILES = Counter("lakecluster_vacuum_deleted_files_total", "Files deleted by vacuum", registry=REGISTRY)
+VACUUM_BYTES = Counter("lakecluster_vacuum_deleted_bytes_total", "Bytes of files deleted by vacuum", registry=REGISTRY)
+VACUUM_LAST_SUCCESS = Gauge("lakecluster_vacuum_last_success_timestamp_seconds", "When vacuum last completed",
+                            registry=REGISTRY)  # fmt: skip
 PENDING_GROUPS = Gauge("lakecluster_compaction_pending_groups", "Groups the last plan found", registry=REGISTRY)
 
 _server_lock = threading.Lock()

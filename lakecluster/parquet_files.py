@@ -42,12 +42,9 @@ class WrittenFile:
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """The Arrow filesystem and in-filesystem path of a table URI or local path."""
-    if "://" not in uri:
-        import os
+    from lakecluster import storage
 
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
-    fs, path = pafs.FileSystem.from_uri(uri)
-    return fs, path
+    return storage.filesystem(uri)
 
 
 def partition_value_string(value: Any) -> str | None:
@@ -126,34 +123,96 @@ def _ceil_ms(ts: dt.datetime) -> dt.datetime:
     return floored if floored == ts else floored + dt.timedelta(milliseconds=1)
 
 
-def delta_stats(table: pa.Table) -> str:
-    """Delta per-file stats JSON: numRecords, minValues, maxValues, nullCount for every column.
+class StatsAccumulator:
+    """Delta per-file stats (numRecords, minValues, maxValues, nullCount) built batch by batch.
 
-    Timestamps are widened to whole milliseconds (min down, max up) because Delta readers parse
-    stats at millisecond precision; a narrower range would let them skip files wrongly.
-    Strings are stored in full (Delta-Spark truncates to 32 characters; readers accept both).
+    A file written in pieces gets the same stats as :func:`delta_stats` of all its rows, without
+    holding them in memory. Timestamps are widened to whole milliseconds (min down, max up)
+    because Delta readers parse stats at millisecond precision; a narrower range would let them
+    skip files wrongly. Strings are stored in full (Delta-Spark truncates to 32 characters; readers
+    accept both). A column whose min or max is NaN or infinite gets no min/max at all.
     """
-    mins: list[str] = []
-    maxs: list[str] = []
-    nulls: list[str] = []
-    for name in table.column_names:
-        column = table[name]
-        key = json.dumps(name)
-        nulls.append(f"{key}:{column.null_count}")
-        if column.null_count == len(column) or pa.types.is_nested(column.type) or pa.types.is_binary(column.type):
-            continue
-        mm = pc.min_max(column)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if isinstance(lo, dt.datetime) and isinstance(hi, dt.datetime):
-            lo, hi = _floor_ms(lo), _ceil_ms(hi)
-        lo_text, hi_text = _json_literal(lo), _json_literal(hi)
-        if lo_text is not None and hi_text is not None:
-            mins.append(f"{key}:{lo_text}")
-            maxs.append(f"{key}:{hi_text}")
-    return (
-        f'{{"numRecords":{table.num_rows},"minValues":{{{",".join(mins)}}},'
-        f'"maxValues":{{{",".join(maxs)}}},"nullCount":{{{",".join(nulls)}}}}}'
-    )
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.rows = 0
+        self.nulls = dict.fromkeys(schema.names, 0)
+        self.mins: dict[str, Any] = {}
+        self.maxs: dict[str, Any] = {}
+        self.unrepresentable: set[str] = set()
+
+    def update(self, table: pa.Table | pa.RecordBatch) -> None:
+        self.rows += table.num_rows
+        for name in self.schema.names:
+            column = table.column(name)
+            self.nulls[name] += column.null_count
+            if (name in self.unrepresentable or column.null_count == len(column)
+                    or pa.types.is_nested(column.type) or pa.types.is_binary(column.type)):  # fmt: skip
+                continue
+            mm = pc.min_max(column)
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if _json_literal(lo) is None or _json_literal(hi) is None:
+                self.unrepresentable.add(name)
+                continue
+            self.mins[name] = lo if name not in self.mins else min(self.mins[name], lo)
+            self.maxs[name] = hi if name not in self.maxs else max(self.maxs[name], hi)
+
+    def json(self) -> str:
+        mins: list[str] = []
+        maxs: list[str] = []
+        nulls = [f"{json.dumps(n)}:{self.nulls[n]}" for n in self.schema.names]
+        for name in self.schema.names:
+            if name in self.unrepresentable or name not in self.mins:
+                continue
+            lo, hi = self.mins[name], self.maxs[name]
+            if isinstance(lo, dt.datetime) and isinstance(hi, dt.datetime):
+                lo, hi = _floor_ms(lo), _ceil_ms(hi)
+            key = json.dumps(name)
+            mins.append(f"{key}:{_json_literal(lo)}")
+            maxs.append(f"{key}:{_json_literal(hi)}")
+        return (
+            f'{{"numRecords":{self.rows},"minValues":{{{",".join(mins)}}},'
+            f'"maxValues":{{{",".join(maxs)}}},"nullCount":{{{",".join(nulls)}}}}}'
+        )
+
+
+def delta_stats(table: pa.Table) -> str:
+    """Delta per-file stats JSON of ``table`` (see :class:`StatsAccumulator`)."""
+    acc = StatsAccumulator(table.schema)
+    acc.update(table)
+    return acc.json()
+
+
+class FileWriter:
+    """One Parquet data file written batch by batch, with its Delta stats; bounded memory."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str, rel: str, schema: pa.Schema,
+                 partition_values: dict[str, str | None]) -> None:  # fmt: skip
+        self.fs = fs
+        self.full = f"{root}/{rel}"
+        self.rel = rel
+        self.partition_values = partition_values
+        directory = self.full.rsplit("/", 1)[0]
+        fs.create_dir(directory, recursive=True)
+        self.stats = StatsAccumulator(schema)
+        self._writer = pq.ParquetWriter(self.full, schema, filesystem=fs, compression="snappy",
+                                        coerce_timestamps="us", write_statistics=True)  # fmt: skip
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            self.stats.update(table)
+
+    def close(self) -> WrittenFile:
+        self._writer.close()
+        size = self.fs.get_file_info(self.full).size
+        return WrittenFile(self.rel, int(size or 0), self.partition_values, self.stats.rows, self.stats.json())
+
+
+def data_file_path(partition_by: Sequence[str], values: dict[str, str | None], name: str) -> str:
+    """``col=value/.../name`` relative to the table root (see ``_path_segment``)."""
+    directory = "/".join(_path_segment(k, values[k]) for k in partition_by)
+    return f"{directory}/{name}" if directory else name
 
 
 def write_files(

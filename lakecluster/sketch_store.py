@@ -1,9 +1,9 @@
 """Boundary sketches persisted next to the table: versioned, written atomically, tied to Delta.
 
-Layout: ``<table>/_lakecluster/sketches/v<delta version>-b<stream batch>.sketches``. Each file holds
-the merged sketches of every clustering column covering all rows the stream committed up to that
-Delta version (and micro-batch). Files are written to a temporary name and renamed, so a reader
-sees a whole file or none; the newest ``retain`` files are kept.
+Layout: ``<table>/_lakecluster/streams/<stream id>/sketches/v<delta version>-b<txn version>.sketches``.
+Each file holds the merged sketches of every clustering column covering all rows the stream
+committed up to that Delta version (and txn version). A reader sees a whole file or none (a
+temporary name renamed locally; one PUT on object stores); the newest ``retain`` files are kept.
 """
 
 from __future__ import annotations
@@ -17,26 +17,53 @@ import pyarrow.fs as pafs
 from lakecluster.errors import SketchStoreError
 from lakecluster.parquet_files import filesystem
 from lakecluster.schema import ColumnSpec
-from lakecluster.sketches import BoundarySketches, ColumnSketch, sketch_kind
+from lakecluster.sketches import MAX_STRING_CHARS_DEFAULT, BoundarySketches, ColumnSketch, sketch_kind
+from lakecluster.uris import is_local
 
 _SUFFIX = ".sketches"
 
 
 class SketchStore:
-    def __init__(self, table_uri: str) -> None:
-        self.fs, root = filesystem(table_uri)
-        self.directory = f"{root}/_lakecluster/sketches"
+    """The sketch files of one stream (``stream_id``), or, for readers, of every stream of a table.
 
-    def _names(self) -> list[str]:
-        infos = self.fs.get_file_info(pafs.FileSelector(self.directory, allow_not_found=True))
+    Each stream writes only its own directory (``_lakecluster/streams/<stream id>/sketches``), so
+    two streams into one table never overwrite each other's sketches; a reader without a stream id
+    merges the latest sketches of every stream (and of ``_lakecluster/sketches``, where versions
+    before stream ids kept them).
+    """
+
+    def __init__(self, table_uri: str, stream_id: str | None = None) -> None:
+        self.fs, root = filesystem(table_uri)
+        self.local = is_local(table_uri)
+        self.streams = f"{root}/_lakecluster/streams"
+        self.legacy = f"{root}/_lakecluster/sketches"
+        self.stream_id = stream_id
+        self.directory = f"{self.streams}/{stream_id}/sketches" if stream_id else self.legacy
+
+    def _names(self, directory: str | None = None) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(directory or self.directory, allow_not_found=True))
         return sorted(i.base_name for i in infos if i.base_name.startswith("v") and i.base_name.endswith(_SUFFIX))
 
     def latest(self) -> BoundarySketches | None:
-        names = self._names()
-        return self.read(names[-1]) if names else None
+        if self.stream_id:
+            names = self._names()
+            return self.read(f"{self.directory}/{names[-1]}") if names else None
+        infos = self.fs.get_file_info(pafs.FileSelector(self.streams, allow_not_found=True))
+        directories = [self.legacy] + [f"{i.path}/sketches" for i in infos if i.type == pafs.FileType.Directory]
+        merged: BoundarySketches | None = None
+        for directory in directories:
+            names = self._names(directory)
+            if not names:
+                continue
+            found = self.read(f"{directory}/{names[-1]}")
+            if merged is None:
+                merged = found
+            else:
+                merged.merge({name: s for name, s in found.sketches.items() if name in merged.sketches})
+                merged.delta_version = max(merged.delta_version, found.delta_version)
+        return merged
 
-    def read(self, name: str) -> BoundarySketches:
-        path = f"{self.directory}/{name}"
+    def read(self, path: str) -> BoundarySketches:
         try:
             with self.fs.open_input_stream(path) as f:
                 data = f.read()
@@ -69,20 +96,28 @@ class SketchStore:
         }).encode()  # fmt: skip
         name = f"v{sketches.delta_version:020d}-b{sketches.stream_batch_id:012d}{_SUFFIX}"
         self.fs.create_dir(self.directory, recursive=True)
-        tmp = f"{self.directory}/.tmp-{uuid.uuid4().hex}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(len(header).to_bytes(8, "little") + header + b"".join(parts))
-        # rename is atomic on local and HDFS filesystems; object stores publish a whole object.
-        self.fs.move(tmp, f"{self.directory}/{name}")
+        body = len(header).to_bytes(8, "little") + header + b"".join(parts)
+        if self.local:
+            # A reader sees a whole file or none: rename is atomic on local filesystems.
+            tmp = f"{self.directory}/.tmp-{uuid.uuid4().hex}"
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(body)
+            self.fs.move(tmp, f"{self.directory}/{name}")
+        else:
+            # An object store publishes a whole object with one PUT (its "move" is copy + delete).
+            with self.fs.open_output_stream(f"{self.directory}/{name}") as out:
+                out.write(body)
         for old in self._names()[:-retain]:
             self.fs.delete_file(f"{self.directory}/{old}")
         return name
 
 
-def load_or_empty(store: SketchStore, columns: tuple[ColumnSpec, ...], *, k: int) -> BoundarySketches:
+def load_or_empty(
+    store: SketchStore, columns: tuple[ColumnSpec, ...], *, k: int, max_string_chars: int = MAX_STRING_CHARS_DEFAULT
+) -> BoundarySketches:
     """The latest sketches, with an empty sketch for any clustering column not in them yet."""
     latest = store.latest()
-    fresh = BoundarySketches.empty(columns, k=k)
+    fresh = BoundarySketches.empty(columns, k=k, max_string_chars=max_string_chars)
     if latest is None:
         return fresh
     for c in columns:

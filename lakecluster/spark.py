@@ -1,4 +1,5 @@
-"""The SparkSession lakecluster runs on, with the settings its writes depend on."""
+"""The SparkSession lakecluster runs on: Delta Lake, its jars, storage access, and the settings its
+writes depend on. Components register their own data sources; nothing here knows about them."""
 
 from __future__ import annotations
 
@@ -6,18 +7,35 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import SparkSession
 
-from lakecluster.config import SparkConfig
+from lakecluster import jars
+from lakecluster.config import SparkConfig, StorageConfig
+from lakecluster.storage import hadoop_conf
 
 # Settings the project relies on; user-given spark.conf entries are applied after these.
 BASE_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Commits from several processes (stream, compactors) must never overwrite each other: Delta's
+    # own stores are safe inside one JVM only (docs/storage.md).
+    "spark.delta.logStore.file.impl": jars.LOGSTORE_CLASS,
+    "spark.delta.logStore.s3.impl": jars.LOGSTORE_CLASS,
+    "spark.delta.logStore.s3a.impl": jars.LOGSTORE_CLASS,
     "spark.sql.session.timeZone": "UTC",
     # Spark 4 writes INT96 timestamps by default: no stats, read back as ns (brief §5).
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.shuffle.partitions": "8",
+    # Delta rebuilds a snapshot with this many shuffle partitions (default 50): on a few cores
+    # that is ~6 s of task overhead per commit for a small log.
+    "spark.databricks.delta.snapshotPartitions": "4",
+    # Every micro-batch asks the snapshot for its app transaction (txnAppId/txnVersion); kept in the
+    # checksum file, that is a small read instead of a state reconstruction job per batch.
+    "spark.databricks.delta.setTransactionsInCrc.writeOnCommit": "true",
+    # Errors carry the JVM stack trace (their causes), which tells transient faults from fatal ones.
+    "spark.sql.pyspark.jvmStacktrace.enabled": "true",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.stopTimeout": "60s",
@@ -30,17 +48,33 @@ BASE_CONF = {
 }
 
 
-def get_session(config: SparkConfig, app_name: str = "lakecluster") -> SparkSession:
-    """Build (or reuse) the session and register lakecluster's Python data sources."""
+def session_conf(config: SparkConfig, storage: StorageConfig, *, s3: bool) -> dict[str, str]:
+    """Every setting the session is built with: ours, storage access, then the user's."""
+    jar_files = jars.spark_jars(s3=s3, cache_dir=jars.cache_dir(config.jars_cache))
+    conf = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jar_files)}
+    if s3:
+        conf.update({f"spark.hadoop.{k}": v for k, v in hadoop_conf(storage).items()})
+    conf.update(config.conf)
+    return conf
+
+
+def get_session(
+    config: SparkConfig,
+    storage: StorageConfig | None = None,
+    *,
+    s3: bool = False,
+    app_name: str = "lakecluster",
+    extra: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Build (or reuse) the session. ``s3`` adds hadoop-aws and the S3 settings."""
     # Python workers must run this interpreter, or they fail to import lakecluster (brief §5).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(config.master).appName(app_name)
-    for key, value in {**BASE_CONF, **config.conf}.items():
+    for key, value in {**session_conf(config, storage or StorageConfig(), s3=s3), **(extra or {})}.items():
         builder = builder.config(key, value)
     spark = _start_outside_signals(builder.getOrCreate)
     spark.sparkContext.setLogLevel("WARN")
-    register_sources(spark)
     return spark
 
 
@@ -63,11 +97,3 @@ def _start_outside_signals(start: Callable[[], SparkSession]) -> SparkSession:
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
-
-
-def register_sources(spark: SparkSession) -> None:
-    from lakecluster.stream.generator_source import GeneratorDataSource
-    from lakecluster.stream.kafka_source import KafkaDataSource
-
-    spark.dataSource.register(GeneratorDataSource)
-    spark.dataSource.register(KafkaDataSource)

@@ -1,131 +1,209 @@
 """What each Spark task does with its part of a micro-batch, in one pass over Arrow batches.
 
-Splits valid rows from quarantined ones, writes both as Parquet files (with Delta stats) and
-builds the boundary sketches of the valid rows. Emits one small metadata row per written file and
-per column sketch; the driver commits the files and merges the sketches.
+Input: Kafka records (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+``headers``) from Spark's Kafka source, or typed rows from the generator. Output: one row per
+record, either a typed table row or a quarantine row (its raw bytes, where it came from, why),
+plus one summary row per task holding the task's boundary sketches and counts. The driver persists
+this output and writes the table and the quarantine from it, so records are parsed once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
+import pickle
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.curves import argsort_keys
 from lakecluster.layout import ClusteringLayout
-from lakecluster.parquet_files import WrittenFile, write_files
-from lakecluster.schema import ColumnSpec, arrow_schema
+from lakecluster.schema import ColumnSpec, arrow_schema, spark_sql_type
 from lakecluster.sketches import ColumnSketch, sketch_kind
-from lakecluster.stream.parse import RecordParser
+from lakecluster.stream.parse import ParseLimits, RecordParser
 
-OUTPUT_DDL = (
-    "kind string, path string, size bigint, num_records bigint, partition_values string, "
-    "stats string, column string, sketch binary"
+KIND, KEY, CODE, REASON, SUMMARY = "_lc_kind", "_lc_key", "_lc_code", "_lc_reason", "_lc_summary"
+ROW, QUARANTINE, SUMMARY_ROW = 0, 1, 2
+SOURCE_FIELDS = (
+    ("raw_key", pa.binary(), "binary"),
+    ("raw_value", pa.binary(), "binary"),
+    ("topic", pa.string(), "string"),
+    ("partition", pa.int32(), "int"),
+    ("offset", pa.int64(), "bigint"),
+    ("kafka_timestamp", pa.timestamp("us", tz="UTC"), "timestamp"),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+     "array<struct<key:string,value:binary>>"),
+)  # fmt: skip
+_QUARANTINE_EXTRA = (
+    ("reason_code", pa.string(), "string"),
+    ("reason", pa.string(), "string"),
+    ("quarantined_at", pa.timestamp("us", tz="UTC"), "timestamp"),
+    ("stream_id", pa.string(), "string"),
+    ("stream_batch_id", pa.int64(), "bigint"),
 )
-OUTPUT_SCHEMA = pa.schema([
-    ("kind", pa.string()), ("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
-    ("partition_values", pa.string()), ("stats", pa.string()), ("column", pa.string()),
-    ("sketch", pa.binary()),
-])  # fmt: skip
-QUARANTINE_SCHEMA = pa.schema([
-    ("raw_key", pa.binary()), ("raw_value", pa.binary()), ("topic", pa.string()),
-    ("partition", pa.int32()), ("offset", pa.int64()), ("kafka_timestamp", pa.timestamp("us", tz="UTC")),
-    ("reason", pa.string()), ("quarantined_at", pa.timestamp("us", tz="UTC")), ("stream_batch_id", pa.int64()),
-])  # fmt: skip
+QUARANTINE_SCHEMA = pa.schema([(n, t) for n, t, _ in (*SOURCE_FIELDS, *_QUARANTINE_EXTRA)])
+QUARANTINE_DDL = ", ".join(f"`{n}` {ddl}" for n, _, ddl in (*SOURCE_FIELDS, *_QUARANTINE_EXTRA))
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    table_uri: str
-    quarantine_uri: str
+    """Everything a task needs, shipped to the executors with the closure."""
+
     columns: tuple[ColumnSpec, ...]
-    partition_by: tuple[str, ...]
     sketch_columns: tuple[ColumnSpec, ...]
     sketch_k: int
-    exact_strings: tuple[str, ...]  # string columns whose global sketch is still in exact form
-    batch_id: int
-    write_table: bool
-    write_quarantine: bool
+    sketch_max_string_chars: int
     build_sketches: bool
-    max_rows_per_file: int
     parse_json: bool  # raw Kafka records in, parsed here; else rows already typed (generator)
-    layout: ClusteringLayout | None = None  # cluster on write: sort rows by the curve key first
+    limits: ParseLimits
+    layout: ClusteringLayout | None = None  # cluster on write: the curve key of every valid row
+    # Quarantined records below these offsets were committed by an earlier incarnation of the
+    # stream (docs/exactly-once.md): they are not quarantined twice.
+    quarantine_floor: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    @property
-    def file_prefix(self) -> str:
-        return f"s{self.batch_id:010d}"
+
+@dataclass
+class TaskSummary:
+    """Counts and sketches of one task's records; merged on the driver."""
+
+    rows: int = 0
+    quarantined: int = 0
+    codes: Counter[str] = field(default_factory=Counter)
+    value_bytes: int = 0
+    # Kafka record timestamps in whole seconds -> records (end-to-end delay at commit time).
+    timestamp_seconds: Counter[int] = field(default_factory=Counter)
+    sketches: dict[str, bytes] = field(default_factory=dict)
+
+    def merge(self, other: TaskSummary) -> None:
+        self.rows += other.rows
+        self.quarantined += other.quarantined
+        self.codes.update(other.codes)
+        self.value_bytes += other.value_bytes
+        self.timestamp_seconds.update(other.timestamp_seconds)
+
+
+def output_schema(spec: TaskSpec) -> pa.Schema:
+    fields = [pa.field(c.name, f.type) for c, f in zip(spec.columns, arrow_schema(spec.columns), strict=True)]
+    return pa.schema([
+        *fields, pa.field(KIND, pa.int8()), pa.field(KEY, pa.binary()), pa.field(CODE, pa.string()),
+        pa.field(REASON, pa.string()), *(pa.field(n, t) for n, t, _ in SOURCE_FIELDS), pa.field(SUMMARY, pa.binary()),
+    ])  # fmt: skip
+
+
+def output_ddl(spec: TaskSpec) -> str:
+    cols = ", ".join(f"`{c.name}` {spark_sql_type(c)}" for c in spec.columns)
+    source = ", ".join(f"`{n}` {ddl}" for n, _, ddl in SOURCE_FIELDS)
+    return f"{cols}, {KIND} tinyint, {KEY} binary, {CODE} string, {REASON} string, {source}, {SUMMARY} binary"
 
 
 def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    schema = arrow_schema(spec.columns)
-    valid_parts: list[pa.Table] = []
-    bad_parts: list[pa.Table] = []
-    sketches = {c.name: _new_sketch(c, spec) for c in spec.sketch_columns}
-    now = pa.scalar(dt.datetime.now(dt.UTC), pa.timestamp("us", tz="UTC"))
-    parser = RecordParser(spec.columns) if spec.parse_json else None
+    schema = output_schema(spec)
+    sketches = {c.name: _new_sketch(c, spec) for c in spec.sketch_columns} if spec.build_sketches else {}
+    parser = RecordParser(spec.columns, spec.limits) if spec.parse_json else None
+    summary = TaskSummary()
     for batch in batches:
-        table = pa.Table.from_batches([batch])
-        if parser is not None:
-            parsed = parser.parse(batch.column("value"))
-            is_valid = parsed.valid
-            is_bad = pc.invert(is_valid)
-            if spec.write_quarantine and is_bad.true_count:
-                bad_parts.append(_quarantine_rows(table.filter(is_bad), parsed.reasons.filter(is_bad), now,
-                                                  spec.batch_id))  # fmt: skip
-            table = parsed.table.filter(is_valid)
-        valid = pa.Table.from_arrays([table[c.name].cast(schema.field(c.name).type) for c in spec.columns],
-                                     schema=schema)  # fmt: skip
-        if spec.build_sketches:
-            for name, sketch in sketches.items():
-                sketch.update(valid[name])
-        if spec.write_table and valid.num_rows:
-            valid_parts.append(valid)
+        if batch.num_rows == 0:
+            continue
+        out = _parse(spec, parser, batch, schema, summary)
+        valid = out.filter(pc.equal(out[KIND], ROW))
+        for name, sketch in sketches.items():
+            sketch.update(valid[name])
+        yield from out.to_batches()
+    summary.sketches = {name: s.to_bytes() for name, s in sketches.items()}
+    row = dict.fromkeys(schema.names)
+    row.update({KIND: SUMMARY_ROW, SUMMARY: pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)})
+    yield pa.RecordBatch.from_pylist([row], schema=schema)
 
-    rows: list[dict] = []
-    if valid_parts:
-        data = pa.concat_tables(valid_parts)
-        if spec.layout is not None and data.num_rows > 1:
-            # Rows in curve order: narrow row groups now, and files cut along the key when a task
-            # has more rows than one file.
-            data = data.take(pa.array(argsort_keys(spec.layout.keys(data)[1])))
-        files = write_files(spec.table_uri, data, partition_by=spec.partition_by,
-                            prefix=spec.file_prefix, max_rows_per_file=spec.max_rows_per_file)  # fmt: skip
-        rows.extend(_file_row("table", f) for f in files)
-    if bad_parts:
-        files = write_files(spec.quarantine_uri, pa.concat_tables(bad_parts), partition_by=(),
-                            prefix=spec.file_prefix, max_rows_per_file=spec.max_rows_per_file)  # fmt: skip
-        rows.extend(_file_row("quarantine", f) for f in files)
-    if spec.build_sketches:
-        rows.extend({"kind": "sketch", "column": name, "sketch": s.to_bytes()} for name, s in sketches.items())
-    yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT_SCHEMA)
+
+def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, schema: pa.Schema,
+           summary: TaskSummary) -> pa.Table:  # fmt: skip
+    n = batch.num_rows
+    source = pa.Table.from_batches([batch])
+    if parser is None:  # typed rows (the generator): every row is valid
+        typed = source.select([c.name for c in spec.columns])
+        codes = pa.nulls(n, pa.string())
+        reasons = codes
+    else:
+        values = source["value"].combine_chunks()
+        summary.value_bytes += int(pc.sum(pc.binary_length(values)).as_py() or 0)
+        parsed = parser.parse(values)
+        typed, codes, reasons = parsed.table, parsed.codes, parsed.reasons
+        ts = source["timestamp"].combine_chunks().cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        seconds = np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False)) // 1_000_000
+        summary.timestamp_seconds.update(dict(zip(*np.unique(seconds, return_counts=True), strict=True)))
+    is_bad = pc.is_valid(codes).to_numpy(zero_copy_only=False)
+    kind = np.where(is_bad, QUARANTINE, ROW).astype(np.int8)
+    if spec.quarantine_floor and parser is not None and is_bad.any():
+        kind = np.where(is_bad & _below_floor(source, spec.quarantine_floor), -1, kind).astype(np.int8)
+    good = kind == ROW
+    summary.rows += int(good.sum())
+    summary.quarantined += int((kind == QUARANTINE).sum())
+    if (kind == QUARANTINE).any():
+        counts = pc.value_counts(codes.filter(pa.array(kind == QUARANTINE)))
+        summary.codes.update({d["values"]: d["counts"] for d in counts.to_pylist()})
+    key = pa.nulls(n, pa.binary())
+    if spec.layout is not None and good.any():
+        key = _keys(spec.layout, typed, good)
+    arrays: list[pa.Array] = [typed[c.name].combine_chunks() for c in spec.columns]
+    arrays += [pa.array(kind, pa.int8()), key, codes, reasons]
+    bad_mask = pa.array(kind == QUARANTINE)
+    for name, typ, _ in SOURCE_FIELDS:
+        arrays.append(_source_column(source, name, typ, bad_mask, n))
+    arrays.append(pa.nulls(n, pa.binary()))
+    out = pa.Table.from_arrays(arrays, schema=schema)
+    return out.filter(pa.array(kind >= 0)) if (kind < 0).any() else out
+
+
+def _source_column(source: pa.Table, name: str, typ: pa.DataType, bad: pa.BooleanArray, n: int) -> pa.Array:
+    """Kafka metadata of quarantined records (null on table rows: they do not need it)."""
+    origin = {"raw_key": "key", "raw_value": "value", "kafka_timestamp": "timestamp"}.get(name, name)
+    if origin not in source.column_names:
+        return pa.nulls(n, typ)
+    column = source[origin].combine_chunks().cast(typ)
+    return pc.if_else(bad, column, pa.nulls(n, typ))
+
+
+def _below_floor(source: pa.Table, floor: dict[tuple[str, int], int]) -> np.ndarray:
+    topics = source["topic"].to_pylist()
+    partitions = source["partition"].to_numpy(zero_copy_only=False)
+    offsets = source["offset"].to_numpy(zero_copy_only=False)
+    limits = np.asarray([floor.get((t, int(p)), -1) for t, p in zip(topics, partitions, strict=True)])
+    return offsets < limits
+
+
+def _keys(layout: ClusteringLayout, typed: pa.Table, good: np.ndarray) -> pa.Array:
+    """Curve keys (cell + fine key bytes) of the valid rows; null elsewhere."""
+    from lakecluster.curves import key_array
+
+    rows = typed.filter(pa.array(good))
+    _cell, full = layout.keys(rows)
+    keys = key_array(full).cast(pa.binary())
+    positions = np.full(len(good), -1, dtype=np.int64)
+    positions[good] = np.arange(int(good.sum()))
+    return keys.take(pa.array(np.where(positions < 0, None, positions)))  # type: ignore[call-overload]
 
 
 def _new_sketch(col: ColumnSpec, spec: TaskSpec) -> ColumnSketch:
-    kind = sketch_kind(col)
-    if kind == "string" and col.name not in spec.exact_strings:
-        # The global sketch has left the exact form: go to KLL at the first value, on the
-        # executors, rather than shipping an exact summary the driver would have to expand.
-        return ColumnSketch(kind, k=spec.sketch_k, exact_limit=0)
-    return ColumnSketch(kind, k=spec.sketch_k)
+    return ColumnSketch(sketch_kind(col), k=spec.sketch_k, max_string_chars=spec.sketch_max_string_chars)
 
 
-def _file_row(kind: str, f: WrittenFile) -> dict:
-    return {"kind": kind, "path": f.path, "size": f.size, "num_records": f.num_records,
-            "partition_values": json.dumps(f.partition_values), "stats": f.stats}  # fmt: skip
+def summaries(rows: list[bytes]) -> tuple[TaskSummary, dict[str, ColumnSketch]]:
+    """Merge the tasks' summary rows: totals, and one sketch per column."""
+    total = TaskSummary()
+    merged: dict[str, ColumnSketch] = {}
+    for blob in rows:
+        part: TaskSummary = pickle.loads(blob)
+        total.merge(part)
+        for name, data in part.sketches.items():
+            sketch = ColumnSketch.from_bytes(data)
+            if name in merged:
+                merged[name].merge(sketch)
+            else:
+                merged[name] = sketch
+    return total, merged
 
 
-def _quarantine_rows(bad: pa.Table, reasons: pa.Array, now: pa.Scalar, batch_id: int) -> pa.Table:
-    n = bad.num_rows
-    return pa.Table.from_arrays(
-        [
-            bad["key"], bad["value"], bad["topic"], bad["partition"].cast(pa.int32()),
-            bad["offset"], bad["timestamp"].cast(pa.timestamp("us", tz="UTC")), reasons,
-            pc.fill_null(pa.nulls(n, now.type), now),
-            pc.fill_null(pa.nulls(n, pa.int64()), batch_id),
-        ],
-        schema=QUARANTINE_SCHEMA,
-    )  # fmt: skip
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -19,7 +19,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from lakecluster.schema import ColumnSpec, spark_ddl
-from lakecluster.stream.ssb import BATCH_ROWS, BLOCK_ROWS, GeneratorSettings, generate
+from lakecluster.stream.generator import BATCH_ROWS, BLOCK_ROWS, GeneratorSettings, generate
 
 FORMAT_NAME = "lakecluster_generator"
 
@@ -59,7 +59,9 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._available_now_end: int | None = None
 
     def initialOffset(self) -> dict:
-        return {"rows": 0}
+        # A stream resumed from the offsets its table recorded starts there (stream/resume.py).
+        start = self.cfg.get("starting_offsets")
+        return {"rows": int(json.loads(start)["rows"])} if start else {"rows": 0}
 
     def _available(self, start: int) -> int:
         now = time.monotonic()

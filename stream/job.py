@@ -1,4 +1,5 @@
-"""The streaming query's lifecycle: checks before Spark starts, the query, progress, clean stop."""
+"""The streaming query's lifecycle: checks before Spark starts, one writer per stream, resume,
+supervision (transient faults retried with backoff, fatal ones raised), clean stop."""
 
 from __future__ import annotations
 
@@ -11,16 +12,22 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
+from lakecluster import metrics, storage
 from lakecluster.config import Config
+from lakecluster.errors import FatalServiceError, LakeclusterError
+from lakecluster.lease import Lease
+from lakecluster.retry import Backoff, classify, first_line
 from lakecluster.spark import get_session
-from lakecluster.stream import kafka_client
+from lakecluster.stream import kafka, resume
+from lakecluster.stream.batch_task import QUARANTINE_DDL, QUARANTINE_SCHEMA
 from lakecluster.stream.generator_source import FORMAT_NAME as GENERATOR_FORMAT
-from lakecluster.stream.kafka_source import FORMAT_NAME as KAFKA_FORMAT
+from lakecluster.stream.generator_source import GeneratorDataSource
 from lakecluster.stream.sink import BatchReport, StreamSink, table_spec
-from lakecluster.table import check_writable, open_or_create
+from lakecluster.table import TableSpec, check_schema, check_writable, create_table
+from lakecluster.uris import join
 
 log = logging.getLogger(__name__)
 
@@ -44,52 +51,53 @@ class _StopGate:
             self._busy = False
             self._cond.notify_all()
 
-    def request_stop(self) -> None:
+    def request_stop(self, timeout: float | None = None) -> None:
         with self._cond:
             self.stopping = True
-            while self._busy:
-                self._cond.wait()
+            self._cond.wait_for(lambda: not self._busy, timeout=timeout)
 
 
 class _StopRequested(Exception):
     """Raised into a micro-batch that would start after a stop was requested (it is replayed)."""
 
 
-def preflight(config: Config) -> None:
-    """Everything that can be checked before Spark starts: table location and schema, broker, topics."""
+def quarantine_spec(config: Config) -> TableSpec:
+    return TableSpec(config.table.resolved_quarantine_path, QUARANTINE_SCHEMA, QUARANTINE_DDL)
+
+
+def lease_uri(config: Config) -> str:
+    return join(config.stream_home, "lease")
+
+
+def preflight(config: Config) -> list[tuple[str, int]]:
+    """What can be checked before Spark starts: storage writable, table schema, broker and topics.
+
+    Returns the source's topic-partitions (empty for the generator).
+    """
     check_writable(config.table.path)
-    open_or_create(table_spec(config))
-    if config.source.kind == "kafka":
-        check_writable(config.table.resolved_quarantine_path)
-        cfg = kafka_source_options(config)
-        consumer = kafka_client.connect(cfg)
-        try:
-            kafka_client.resolve_topics(consumer, cfg)
-        finally:
-            consumer.close()
-
-
-def kafka_source_options(config: Config) -> dict[str, Any]:
+    check_schema(table_spec(config))
+    if config.source.kind != "kafka":
+        return []
+    check_writable(config.table.resolved_quarantine_path)
     k = config.source.kafka
-    return {
-        "bootstrap_servers": k.bootstrap_servers, "topics": list(k.topics), "topic_pattern": k.topic_pattern,
-        "starting_offsets": k.starting_offsets, "max_offsets_per_trigger": k.max_offsets_per_trigger,
-        "options": dict(k.options), "connect_retries": k.connect_retries,
-        "connect_backoff_s": k.connect_backoff_s, "request_timeout_s": k.request_timeout_s,
-        "fail_on_data_loss": k.fail_on_data_loss,
-    }  # fmt: skip
+    client = kafka.consumer(k)
+    try:
+        return kafka.partitions(k, client)
+    finally:
+        client.close()
 
 
-def source_frame(spark: SparkSession, config: Config) -> DataFrame:
+def source_frame(spark: SparkSession, config: Config, starting_offsets: str | None) -> DataFrame:
     if config.source.kind == "kafka":
-        options = kafka_source_options(config)
-        return spark.readStream.format(KAFKA_FORMAT).option("config", json.dumps(options)).load()
+        start = starting_offsets or config.source.kafka.starting_offsets
+        return spark.readStream.format("kafka").options(**kafka.reader_options(config.source.kafka, start)).load()
     g = config.source.generator
     options = {
         "columns": [asdict(c) for c in config.table.columns], "seed": g.seed, "brand_skew": g.brand_skew,
         "rows_per_second": g.rows_per_second, "partitions": g.partitions, "max_rows": g.max_rows,
-        "max_rows_per_trigger": g.max_rows_per_trigger,
+        "max_rows_per_trigger": g.max_rows_per_trigger, "starting_offsets": starting_offsets,
     }  # fmt: skip
+    spark.dataSource.register(GeneratorDataSource)
     return spark.readStream.format(GENERATOR_FORMAT).option("config", json.dumps(options)).load()
 
 
@@ -112,6 +120,9 @@ class StreamJob:
         self._gate = _StopGate()
         self._spark = spark
         self.reports: list[BatchReport] = []
+        self.restarts = 0
+        # Called once the tables exist and the query runs (``lakecluster run`` starts its compactor).
+        self.on_started: Callable[[], None] | None = None
 
     def _handle_batch(self, sink: StreamSink) -> Callable[[DataFrame, int], None]:
         def handle(df: DataFrame, batch_id: int) -> None:
@@ -125,6 +136,13 @@ class StreamJob:
 
     def _record(self, report: BatchReport) -> None:
         self.reports.append(report)
+        if not report.skipped:
+            metrics.STREAM_BATCHES.inc()
+            metrics.STREAM_ROWS.inc(report.rows)
+            metrics.STREAM_QUARANTINED.inc(report.quarantined)
+            metrics.STREAM_FILES.inc(report.files)
+            metrics.STREAM_BATCH_SECONDS.observe(report.seconds)
+            metrics.TABLE_VERSION.set(report.table_version)
         if self.on_batch is not None:
             self.on_batch(report)
 
@@ -132,62 +150,127 @@ class StreamJob:
         """Finish the micro-batch in progress, then stop (safe from a signal handler thread)."""
         self._gate.request_stop()
 
+    @property
+    def stopping(self) -> bool:
+        return self._gate.stopping
+
     def run(self) -> list[BatchReport]:
-        preflight(self.config)
-        spark = self._spark or get_session(self.config.spark)
-        sink = StreamSink(self.config, on_batch=self._record)
+        storage.configure(self.config.storage)
+        partitions = preflight(self.config)
+        spark = self._spark or get_session(self.config.spark, self.config.storage, s3=self.config.uses_s3)
+        # Before anything else writes under the table's directory: Delta creates a table only
+        # where no other files are.
+        create_table(spark, table_spec(self.config))
+        if self.config.source.kind == "kafka":
+            create_table(spark, quarantine_spec(self.config))
+        lease = Lease.acquire(lease_uri(self.config), f"stream {self.config.stream_id} into {self.config.table.path}")
+        try:
+            self._supervise(spark, partitions, lease)
+        finally:
+            lease.release()
+        return self.reports
+
+    def _start(self, spark: SparkSession, partitions: list[tuple[str, int]]) -> StreamingQuery:
+        c = self.config
+        checkpoint = c.checkpoint
+
+        def complete(recorded: str) -> str:
+            return kafka.starting_offsets_json(kafka.parse_offsets(recorded), partitions)
+
+        start = resume.prepare(
+            stream_id=c.stream_id, checkpoint=checkpoint, table_uri=c.table.path,
+            quarantine_uri=c.table.resolved_quarantine_path if c.source.kind == "kafka" else None,
+            configured_offsets=c.source.kafka.starting_offsets if c.source.kind == "kafka" else "",
+            complete_offsets=complete if c.source.kind == "kafka" else None,
+        )  # fmt: skip
+        sink = StreamSink(c, spark, start, on_batch=self._record)
         writer = (
-            source_frame(spark, self.config)
+            source_frame(spark, c, start.starting_offsets if start.resumed_from == "table" else None)
             .writeStream.foreachBatch(self._handle_batch(sink))
-            .option("checkpointLocation", self.config.stream.resolved_checkpoint(self.config.table))
-            .queryName(f"lakecluster-stream-{self.config.stream.app_id}")
+            .option("checkpointLocation", checkpoint)
+            .queryName(f"lakecluster-stream-{c.stream_id}")
         )
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{self.config.stream.trigger_interval_s} seconds")
-        query = writer.start()
+            writer = writer.trigger(processingTime=f"{c.stream.trigger_interval_s} seconds")
+        return writer.start()
+
+    def _supervise(self, spark: SparkSession, partitions: list[tuple[str, int]], lease: Lease) -> None:
+        backoff = Backoff(self.config.retry)
+        while True:
+            query = self._start(spark, partitions)
+            if self.on_started is not None:
+                started, self.on_started = self.on_started, None
+                started()
+            progress_at_start = len(self.reports)
+            failure = self._watch(query, lease)
+            if failure is None:
+                return
+            if len(self.reports) > progress_at_start and backoff.in_episode:
+                log.warning("stream recovered after %.0fs", backoff.reset())
+            kind = classify(failure)
+            delay = backoff.next_delay(kind)
+            metrics.SERVICE_FAILURES.labels("stream", kind).inc()
+            if delay is None:
+                raise FatalServiceError(f"the stream stopped for good ({kind} fault): {first_line(failure)}")
+            if backoff.attempts == 1:
+                log.warning("stream failed (%s fault), retrying with backoff: %s", kind, first_line(failure))
+            else:
+                log.info("stream retry %d in %.1fs: %s", backoff.attempts, delay, first_line(failure))
+            self.restarts += 1
+            metrics.SERVICE_RESTARTS.labels("stream").inc()
+            deadline = time.monotonic() + delay
+            while time.monotonic() < deadline:
+                if self._gate.stopping:
+                    return
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            if self.available_now and not self.reports:
+                pass  # an availableNow run retries until it has processed what was available
+
+    def _watch(self, query: StreamingQuery, lease: Lease) -> str | None:
+        """Wait for the query to end; None when it ended by a stop or ran out of work, else the failure."""
         try:
             while query.isActive:
-                if self._gate.stopping:
+                if self._gate.stopping or lease.lost.is_set():
                     break
-                if self.max_batches is not None and len(self.reports) >= self.max_batches:
+                if self.max_batches is not None and sum(not r.skipped for r in self.reports) >= self.max_batches:
                     self._gate.request_stop()
                     break
                 try:
                     query.awaitTermination(0.2)
-                except StreamingQueryException:
-                    # A batch that started after a stop request raised _StopRequested into the
-                    # query (it is replayed on restart); any other failure is raised below.
+                except Exception:
                     break
         finally:
             if query.isActive:
                 self._gate.request_stop()
                 query.stop()
+        if lease.lost.is_set():
+            raise FatalServiceError(f"lost the stream's lease {lease.uri} to another process")
         exc = query.exception()
-        if exc is not None and not self._gate.stopping:
-            raise _unwrap(exc)
-        return self.reports
+        if exc is None or self._gate.stopping:
+            return None
+        return _error_text(exc)
 
 
-def _unwrap(exc: Any) -> Exception:
-    """Turn a StreamingQueryException that wraps one of ours into our own error class."""
-    from lakecluster import errors
-
-    text = str(exc)
-    for name in ("BrokerUnavailableError", "TopicNotFoundError", "DataLossError", "SourceError",
-                 "SchemaMismatchError", "TableNotWritableError", "TableError"):  # fmt: skip
-        if f"{name}:" in text or f"errors.{name}" in text:
-            line = next((ln for ln in text.splitlines() if f"{name}:" in ln), text)
-            return errors.LakeclusterError(line.strip())
-    return errors.LakeclusterError(f"streaming query failed: {text.splitlines()[0] if text else exc!r}")
+def _error_text(exc: Any) -> str:
+    """The failure's message and the JVM stack trace (with its causes), for classify()."""
+    message = exc.getMessage() if hasattr(exc, "getMessage") else ""
+    return f"{exc}\n{message}"
 
 
-def install_signal_handlers(job: StreamJob) -> None:
-    """SIGTERM and Ctrl-C finish the current micro-batch, then stop the query."""
+def install_signal_handlers(job: Any, *, what: str = "micro-batch") -> None:
+    """First SIGTERM / Ctrl-C: finish the current work, then stop. A second one: stop at once."""
+    seen = {"n": 0}
 
     def handler(signum: int, frame: Any) -> None:
-        log.warning("received %s: stopping after the current micro-batch", signal.Signals(signum).name)
+        seen["n"] += 1
+        if seen["n"] > 1:
+            log.warning("second %s: stopping now", signal.Signals(signum).name)
+            import os
+
+            os._exit(130)
+        log.warning("received %s: stopping after the current %s", signal.Signals(signum).name, what)
         threading.Thread(target=job.request_stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, handler)
@@ -213,3 +296,6 @@ def progress_printer(start: float | None = None) -> Callable[[BatchReport], None
         )
 
     return show
+
+
+__all__ = ["LakeclusterError", "StreamJob", "install_signal_handlers", "preflight", "progress_printer"]

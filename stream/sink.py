@@ -1,36 +1,53 @@
-"""The micro-batch sink (``foreachBatch``): write, commit exactly once, keep the sketches.
+"""The micro-batch sink (``foreachBatch``): parse once, write quarantine and table, keep the sketches.
 
-For micro-batch ``b`` of the query:
-1. ask each Delta table which batch its app transaction last recorded (``stream.app_id``);
-   anything already committed is not written again: a replay after a crash adds nothing twice;
-2. one Spark job writes the files and builds the sketches (``batch_task``);
-3. the driver commits quarantine files, then table files, each with app transaction (app_id, b);
-4. the merged sketches are persisted, tied to the table version and to ``b``.
-A crash between any two steps is repaired by Spark replaying ``b`` on restart.
+For micro-batch ``b`` with txn version ``v = txn_base + b`` (``stream/resume.py``):
+1. one Spark job parses the records (``batch_task``), keys the valid rows for cluster-on-write and
+   sketches them; its output is persisted, so the writes below do not parse again;
+2. quarantined records are appended to the quarantine table, then valid rows to the table, both by
+   delta-spark with the idempotent-write options ``txnAppId = stream id``, ``txnVersion = v`` and the
+   batch's source offsets in ``userMetadata``: a batch Spark replays after a crash commits nothing
+   twice, and the table always records how far the stream has read;
+3. the merged sketches are persisted, tied to the table version and to ``v``.
+The table is written even when every record was quarantined (an empty commit), so its recorded
+offsets never fall behind the stream.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from deltalake import DeltaTable
-from pyspark.sql import DataFrame
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from lakecluster import metrics
 from lakecluster.config import Config
 from lakecluster.faults import crash_point
 from lakecluster.layout import ClusteringLayout
-from lakecluster.parquet_files import WrittenFile
-from lakecluster.schema import arrow_schema
 from lakecluster.sketch_store import SketchStore, load_or_empty
-from lakecluster.sketches import ColumnSketch
-from lakecluster.stream.batch_task import OUTPUT_DDL, QUARANTINE_SCHEMA, TaskSpec, run_task
-from lakecluster.table import TableSpec, commit_appends, committed_version, open_or_create, remove_orphans
+from lakecluster.stream import resume
+from lakecluster.stream.batch_task import (
+    CODE,
+    KEY,
+    KIND,
+    QUARANTINE,
+    REASON,
+    ROW,
+    SOURCE_FIELDS,
+    SUMMARY,
+    SUMMARY_ROW,
+    TaskSpec,
+    TaskSummary,
+    output_ddl,
+    run_task,
+    summaries,
+)
+from lakecluster.stream.parse import ParseLimits
+from lakecluster.table import TableSpec, open_table, user_metadata
+from lakecluster.uris import normalize
 
 log = logging.getLogger(__name__)
 
@@ -44,103 +61,139 @@ class BatchReport:
     seconds: float
     table_version: int
     skipped: bool = False
-
-
-def _crash_point(point: str, batch_id: int) -> None:
-    crash_point(f"{point}:{batch_id}")
+    txn_version: int = -1
+    offsets: str | None = None
+    codes: dict[str, int] = field(default_factory=dict)
+    value_bytes: int = 0
+    timestamp_seconds: dict[int, int] = field(default_factory=dict)
+    committed_at: float = 0.0
 
 
 def table_spec(config: Config) -> TableSpec:
     t = config.table
-    return TableSpec(t.path, arrow_schema(t.columns), tuple(t.partition_by))
+    return TableSpec.of_columns(t.path, t.columns, t.partition_by)
 
 
 class StreamSink:
-    def __init__(self, config: Config, *, on_batch: Callable[[BatchReport], None] | None = None) -> None:
+    """Called by Spark for every micro-batch (``foreachBatch``)."""
+
+    def __init__(
+        self,
+        config: Config,
+        spark: SparkSession,
+        start: resume.StreamStart,
+        *,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
         self.config = config
-        t = config.table
+        self.spark = spark
+        self.start = start
         self.on_batch = on_batch
-        self.app_id = config.stream.app_id
-        self.table_spec = table_spec(config)
-        self.quarantine_spec = TableSpec(t.resolved_quarantine_path, QUARANTINE_SCHEMA)
-        self.table = open_or_create(self.table_spec)
+        t = config.table
+        self.spec = table_spec(config)
+        self.quarantine_uri = normalize(t.resolved_quarantine_path)
+        self.checkpoint = config.checkpoint
         self.is_kafka = config.source.kind == "kafka"
-        self.quarantine = open_or_create(self.quarantine_spec) if self.is_kafka else None
         self.sketch_columns = tuple(t.column(c) for c in t.clustering_columns)
-        self.store = SketchStore(t.path)
-        self.sketches = load_or_empty(self.store, self.sketch_columns, k=config.sketches.k)
-        # Files an earlier attempt wrote but never committed (crash before commit).
-        for table, spec in ((self.table, self.table_spec), (self.quarantine, self.quarantine_spec)):
-            if table is not None:
-                removed = remove_orphans(table, spec.uri, name_prefix="s")
-                if removed:
-                    log.info("removed %d uncommitted file(s) of an earlier attempt from %s", len(removed), spec.uri)
+        self.store = SketchStore(t.path, start.stream_id)
+        sk = config.sketches
+        self.sketches = load_or_empty(self.store, self.sketch_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        r = config.records
+        self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
+        self.table = open_table(self.spec.uri)
+        self.quarantine = None
+
+    def _committed(self, batch_txn: int) -> tuple[bool, bool]:
+        """Whether the table and the quarantine already hold this txn version of the stream."""
+        stream_id = self.start.stream_id
+        table_done = (resume.txn_version(self.table, stream_id) or -1) >= batch_txn
+        if self.quarantine is None:
+            try:
+                self.quarantine = open_table(self.quarantine_uri)
+            except Exception:  # no quarantine table yet: nothing committed there
+                return table_done, False
+        return table_done, (resume.txn_version(self.quarantine, stream_id) or -1) >= batch_txn
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        table_done = _committed(self.table, self.app_id, batch_id)
-        quarantine_done = self.quarantine is None or _committed(self.quarantine, self.app_id, batch_id)
-        sketch_done = not self.config.sketches.enabled or self.sketches.stream_batch_id >= batch_id
+        txn = self.start.txn_version(batch_id)
+        table_done, quarantine_done = self._committed(txn)
+        sketch_done = not self.config.sketches.enabled or self.sketches.stream_batch_id >= txn
+        offsets = resume.batch_offsets(self.checkpoint, batch_id)
         if table_done and quarantine_done and sketch_done:
-            log.info("batch %d was committed before a restart; nothing to do", batch_id)
-            self._report(BatchReport(batch_id, 0, 0, 0, time.monotonic() - started, self.table.version(), True))
+            log.info("batch %d (txn %d) was committed before a restart; nothing to do", batch_id, txn)
+            self._report(BatchReport(batch_id, 0, 0, 0, time.monotonic() - started, self.table.version(), True, txn))
             return
 
         spec = TaskSpec(
-            table_uri=self.table_spec.uri,
-            quarantine_uri=self.quarantine_spec.uri,
             columns=self.config.table.columns,
-            partition_by=self.table_spec.partition_by,
             sketch_columns=self.sketch_columns,
             sketch_k=self.config.sketches.k,
-            exact_strings=tuple(n for n, s in self.sketches.sketches.items() if s.is_exact),
-            batch_id=batch_id,
-            write_table=not table_done,
-            write_quarantine=not quarantine_done,
+            sketch_max_string_chars=self.config.sketches.max_string_chars,
             build_sketches=not sketch_done,
-            max_rows_per_file=self.config.table.target_file_rows,
             parse_json=self.is_kafka,
+            limits=self.limits,
             layout=self._write_layout(),
+            quarantine_floor=self.start.quarantine_floor,
         )
-        rows = batch_df.mapInArrow(functools.partial(run_task, spec), OUTPUT_DDL).collect()
-        table_files = [_written(r) for r in rows if r["kind"] == "table"]
-        bad_files = [_written(r) for r in rows if r["kind"] == "quarantine"]
-        _crash_point("before_commit", batch_id)
+        parsed = batch_df.mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
+        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            total, merged = summaries([r[SUMMARY] for r in parsed.where(F.col(KIND) == SUMMARY_ROW)
+                                       .select(SUMMARY).collect()])  # fmt: skip
+            crash_point(f"before_commit:{batch_id}")
+            meta = user_metadata(stream=self.start.stream_id, batch=batch_id, txn=txn, offsets=_json(offsets),
+                                 source=self.config.source.kind, rows=total.rows, quarantined=total.quarantined)
+            if total.quarantined and not quarantine_done:
+                self._write_quarantine(parsed, batch_id, txn, meta)
+            crash_point(f"after_quarantine_commit:{batch_id}")
+            files = 0
+            if not table_done:
+                files = self._write_table(parsed, txn, meta)
+            crash_point(f"after_table_commit:{batch_id}")
+            if spec.build_sketches:
+                self.sketches.merge(merged)
+                self.sketches.stream_batch_id = txn
+                self.sketches.delta_version = self.table.version()
+                self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
+        finally:
+            parsed.unpersist()
 
-        meta = {"lakecluster.operation": "stream-append", "lakecluster.stream_batch_id": str(batch_id)}
-        if bad_files and self.quarantine is not None:
-            commit_appends(self.quarantine, self.quarantine_spec, bad_files, app_id=self.app_id,
-                           app_version=batch_id, metadata=meta)  # fmt: skip
-        if table_files:
-            commit_appends(self.table, self.table_spec, table_files, app_id=self.app_id,
-                           app_version=batch_id, metadata=meta)  # fmt: skip
-        _crash_point("after_table_commit", batch_id)
-
-        if spec.build_sketches:
-            partial: dict[str, ColumnSketch] = {}
-            for r in rows:
-                if r["kind"] == "sketch":
-                    s = ColumnSketch.from_bytes(r["sketch"])
-                    if r["column"] in partial:
-                        partial[r["column"]].merge(s)
-                    else:
-                        partial[r["column"]] = s
-            self.sketches.merge(partial)
-            self.sketches.stream_batch_id = batch_id
-            self.sketches.delta_version = self.table.version()
-            self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
-
-        if table_files and self.config.index.enabled and self.config.index.sync_after_stream:
+        if self.config.index.enabled and self.config.index.sync_after_stream and not table_done:
             self._sync_index()
-
         self._report(BatchReport(
-            batch_id=batch_id,
-            rows=sum(f.num_records for f in table_files),
-            quarantined=sum(f.num_records for f in bad_files),
-            files=len(table_files),
-            seconds=time.monotonic() - started,
-            table_version=self.table.version(),
+            batch_id=batch_id, rows=total.rows if not table_done else 0,
+            quarantined=total.quarantined if not quarantine_done else 0, files=files,
+            seconds=time.monotonic() - started, table_version=self.table.version(), txn_version=txn,
+            offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
+            timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(),
         ))  # fmt: skip
+
+    def _write_quarantine(self, parsed: DataFrame, batch_id: int, txn: int, meta: str) -> None:
+        bad = parsed.where(F.col(KIND) == QUARANTINE).select(
+            *[name for name, _, _ in SOURCE_FIELDS],
+            F.col(CODE).alias("reason_code"), F.col(REASON).alias("reason"),
+            F.current_timestamp().alias("quarantined_at"), F.lit(self.start.stream_id).alias("stream_id"),
+            F.lit(batch_id).cast("bigint").alias("stream_batch_id"),
+        )  # fmt: skip
+        (bad.write.format("delta").mode("append").option("txnAppId", self.start.stream_id)
+         .option("txnVersion", txn).option("userMetadata", meta).save(self.quarantine_uri))  # fmt: skip
+
+    def _write_table(self, parsed: DataFrame, txn: int, meta: str) -> int:
+        rows = parsed.where(F.col(KIND) == ROW)
+        if self.config.stream.cluster_on_write:
+            # Partition columns first: Spark's writer needs that order and would otherwise sort again,
+            # losing the curve order inside each file.
+            rows = rows.sortWithinPartitions(*self.spec.partition_by, KEY)
+        before = self.table.version()
+        (rows.select(*[c.name for c in self.config.table.columns]).write.format("delta").mode("append")
+         .option("txnAppId", self.start.stream_id).option("txnVersion", txn).option("userMetadata", meta)
+         .save(self.spec.uri))  # fmt: skip
+        self.table.update_incremental()
+        if self.table.version() == before:
+            return 0
+        metrics = self.table.history(1)[0].get("operationMetrics") or {}
+        return int(metrics.get("numFiles", 0) or 0)
 
     def _sync_index(self) -> None:
         """``index.sync_after_stream``: the index follows every commit. A failure is logged, never
@@ -155,29 +208,21 @@ class StreamSink:
 
     def _write_layout(self) -> ClusteringLayout | None:
         """The current boundaries as a sort order for this batch (``stream.cluster_on_write``)."""
-        if not self.config.stream.cluster_on_write:
+        if not self.config.stream.cluster_on_write or any(s.n == 0 for s in self.sketches.sketches.values()):
             return None
         return ClusteringLayout.build(self.sketches, [c.name for c in self.sketch_columns],
                                       curve=self.config.compaction.curve, target_cells=1,
                                       k=self.config.sketches.boundaries)  # fmt: skip
 
     def _report(self, report: BatchReport) -> None:
-        if not report.skipped:
-            metrics.STREAM_BATCHES.inc()
-            metrics.STREAM_ROWS.inc(report.rows)
-            metrics.STREAM_QUARANTINED.inc(report.quarantined)
-            metrics.STREAM_FILES.inc(report.files)
-            metrics.STREAM_BATCH_SECONDS.observe(report.seconds)
-            metrics.TABLE_VERSION.set(report.table_version)
         if self.on_batch is not None:
             self.on_batch(report)
 
 
-def _committed(table: DeltaTable, app_id: str, batch_id: int) -> bool:
-    version = committed_version(table, app_id)
-    return version is not None and version >= batch_id
+def _json(offsets: str | None) -> object:
+    import json
+
+    return json.loads(offsets) if offsets else None
 
 
-def _written(row: dict) -> WrittenFile:
-    return WrittenFile(row["path"], int(row["size"]), json.loads(row["partition_values"]),
-                       int(row["num_records"]), row["stats"])  # fmt: skip
+__all__ = ["BatchReport", "StreamSink", "TaskSummary", "table_spec"]

@@ -1,4 +1,4 @@
-"""Shared fixtures: one SparkSession, one real Kafka-protocol broker, independent Delta readers."""
+"""Shared fixtures: one SparkSession, real Apache Kafka and S3 servers, independent Delta readers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker import Broker, start_broker
 from tests.prometheus import Prometheus, start_prometheus
+from tests.services.kafka import KafkaBroker
+from tests.services.s3 import S3Server, unique_prefix
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,12 +27,42 @@ def _isolate_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    """A real tansu broker process (Kafka protocol, memory storage) on 127.0.0.1."""
-    with open(tmp_path_factory.mktemp("tansu") / "tansu.log", "wb") as log:
-        running = start_broker(log)
-        yield running
-        running.stop()
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real Apache Kafka broker (KRaft, one node) on 127.0.0.1; its data and logs in a pytest tmp dir."""
+    server = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(kafka: KafkaBroker) -> KafkaBroker:
+    """The session's Kafka broker under the name the stream tests use."""
+    return kafka
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS) on 127.0.0.1 with credentials; data and log in a pytest tmp dir."""
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_bucket(s3: S3Server) -> str:
+    """One bucket for the session; tests keep apart by prefix (``s3_prefix``)."""
+    s3.create_bucket("lakecluster-test")
+    return "lakecluster-test"
+
+
+@pytest.fixture
+def s3_prefix(s3_bucket: str) -> str:
+    """``s3://lakecluster-test/<uuid>/``: a fresh, empty prefix for each test."""
+    return unique_prefix(s3_bucket)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.broker import free_port
+from tests.services.ports import free_port
 
 
 class Prometheus:

@@ -17,8 +17,8 @@ from lakecluster.compaction.loop import Compactor
 from lakecluster.config import Config, load_config
 from lakecluster.errors import NoBoundariesError
 from lakecluster.stream.job import StreamJob
-from tests.broker import Broker
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
+from tests.services.kafka import KafkaBroker as Broker
 from tests.stream import kafka_records as kr
 
 pytestmark = pytest.mark.integration

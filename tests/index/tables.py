@@ -1,19 +1,21 @@
-"""Real Delta tables for the index tests, written with the project's own writer (no Spark)."""
+"""Real Delta tables for the index tests, written by delta-rs (no Spark): the index must follow any
+Delta writer's log, and these tests stay fast."""
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction
 
-from lakecluster.compaction.commit import commit_rewrite
-from lakecluster.compaction.planner import Group, snapshot_files
-from lakecluster.parquet_files import write_files
+from lakecluster.compaction.planner import snapshot_files
+from lakecluster.parquet_files import WrittenFile, write_files
 from lakecluster.schema import ColumnSpec, arrow_schema
-from lakecluster.table import TableSpec, commit_appends, open_or_create
 
 COLUMNS = (
     ColumnSpec("id", "long"),
@@ -28,8 +30,16 @@ COLUMNS = (
 PARTITION_BY = ("year",)
 
 
-def spec(path: Path) -> TableSpec:
-    return TableSpec(str(path), arrow_schema(COLUMNS), PARTITION_BY)
+def open_or_create(path: Path) -> DeltaTable:
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return DeltaTable.create(str(path), arrow_schema(COLUMNS), mode="ignore", partition_by=list(PARTITION_BY))
+
+
+def _adds(files: list[WrittenFile], data_change: bool) -> list[AddAction]:
+    now_ms = int(time.time() * 1000)
+    return [AddAction(f.path, f.size, dict(f.partition_values), now_ms, data_change, f.stats) for f in files]
 
 
 def batch(start: int, n: int, seed: int) -> pa.Table:
@@ -58,18 +68,16 @@ def batch(start: int, n: int, seed: int) -> pa.Table:
 
 
 def append(path: Path, data: pa.Table, batch_id: int, rows_per_file: int = 40) -> int:
-    table = open_or_create(spec(path))
+    table = open_or_create(path)
     files = write_files(
         str(path), data, partition_by=PARTITION_BY, prefix=f"s{batch_id:010d}", max_rows_per_file=rows_per_file
     )
-    return commit_appends(
-        table,
-        spec(path),
-        files,
-        app_id="test",
-        app_version=batch_id,
-        metadata={"lakecluster.operation": "stream-append"},
-    )
+    table.create_write_transaction(
+        _adds(files, True), mode="append", schema=arrow_schema(COLUMNS), partition_by=list(PARTITION_BY),
+        commit_properties=CommitProperties(app_transactions=[Transaction("test", batch_id)], max_commit_retries=20),
+    )  # fmt: skip
+    table.update_incremental()
+    return table.version()
 
 
 def rewrite_partition(path: Path, year: int) -> int:
@@ -88,7 +96,11 @@ def rewrite_partition(path: Path, year: int) -> int:
         prefix="g01-test",
         max_rows_per_file=10**9,
     )
-    group = Group(chosen[0].partition, chosen, 1, "test")
-    return commit_rewrite(
-        table, spec(path), group, written, metadata={"lakecluster.operation": "compaction"}, attempts=3
-    )
+    now_ms = int(time.time() * 1000)
+    removes = [RemoveAction(f.path, False, now_ms, f.size, f.partition_values) for f in chosen]
+    table.create_write_transaction(
+        [*removes, *_adds(written, False)], mode="append", schema=arrow_schema(COLUMNS),
+        partition_by=list(PARTITION_BY), commit_properties=CommitProperties(max_commit_retries=0),
+    )  # fmt: skip
+    table.update_incremental()
+    return table.version()

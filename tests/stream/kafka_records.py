@@ -18,15 +18,12 @@ kind = "kafka"
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
 max_offsets_per_trigger = {max_offsets}
-connect_retries = 2
-connect_backoff_s = 0.2
-request_timeout_s = 20.0
+connect_timeout_s = 10.0
 
 [table]
 path = "{table}"
 partition_by = ["day"]
 clustering_columns = ["city", "brand", "qty"]
-target_file_rows = 100000
 columns = [
   {{ name = "id", type = "long", required = true }},
   {{ name = "city", type = "string", required = true }},
@@ -41,7 +38,6 @@ columns = [
 
 [stream]
 trigger_interval_s = 0.5
-app_id = "test-stream"
 progress = false
 """
 

@@ -9,8 +9,8 @@ import pytest
 
 from lakecluster.config import load_config
 from lakecluster.stream.job import StreamJob
-from tests.broker import Broker
 from tests.conftest import duckdb_connection, read_delta
+from tests.services.kafka import KafkaBroker as Broker
 from tests.stream import kafka_records as kr
 
 pytestmark = pytest.mark.integration

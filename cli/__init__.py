@@ -1,0 +1,9 @@
+"""``lakecluster``: the command line, one subcommand per service or task (``lakecluster.cli``).
+
+The composition root of the project: it wires configuration, storage and the components
+(``stream``, ``compaction``, ``index``) together; the shared package never imports it.
+"""
+
+from lakecluster.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,223 @@
+"""The subcommands. Read-only ones (``compact --dry-run``, ``explain``, ``boundaries``, ``index show``,
+``vacuum --dry-run``) never create anything: a missing table is a one-line error, raised before Spark
+starts. ``config`` does not look at the table at all. Everything that can be checked without Spark
+(metrics port, table location, schema, broker) is checked before Spark starts."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from typing import Any
+
+from lakecluster import metrics
+from lakecluster.cli.output import emit
+from lakecluster.config import Config, describe
+from lakecluster.errors import FatalServiceError, LakeclusterError
+from lakecluster.table import open_table
+
+
+def _serve_metrics(config: Config) -> None:
+    """Start the metrics endpoint (``metrics.host``:``metrics.port``); a port in use is a one-line error."""
+    try:
+        metrics.serve(config.metrics.port, config.metrics.host)
+    except OSError as e:
+        raise LakeclusterError(
+            f"cannot serve metrics on {config.metrics.host}:{config.metrics.port} ({e.strerror or e}): set "
+            "metrics.port to a free port, or 0 to turn metrics off"
+        ) from None
+
+
+def stream(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster stream``: ingest until stopped (checks run in ``StreamJob.run`` before Spark)."""
+    from lakecluster.stream.job import StreamJob, install_signal_handlers, progress_printer
+
+    _serve_metrics(config)
+    source = config.source
+    what = "generator" if source.kind == "generator" else f"kafka {source.kafka.bootstrap_servers}"
+    print(f"lakecluster stream: {what} -> {config.table.path} (Ctrl-C stops after the current batch)", flush=True)
+    job = StreamJob(config, available_now=args.available_now, max_batches=args.max_batches,
+                    on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
+    install_signal_handlers(job)
+    reports = job.run()
+    rows = sum(r.rows for r in reports)
+    print(f"lakecluster stream: stopped after {len(reports)} batch(es), {rows:,} rows committed", flush=True)
+    return 0
+
+
+def compact(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster compact``: the table must exist (opened before anything else); ``--dry-run`` plans only."""
+    from lakecluster.compaction.loop import Compactor, describe_plan
+    from lakecluster.stream.job import install_signal_handlers
+
+    compactor = Compactor(config)
+    if args.dry_run:
+        the_plan = compactor.plan()
+        data = {"table_version": the_plan.table_version, "groups": [
+            {"partition": dict(g.partition), "files": [f.path for f in g.files], "bytes": g.bytes, "rows": g.rows,
+             "generation": g.generation, "reason": g.reason,
+             "expected_files": g.expected_files(config.compaction.target_file_bytes)}
+            for g in the_plan.groups]}  # fmt: skip
+        emit(data, describe_plan(the_plan, config.compaction.target_file_bytes), args.output)
+        return 0
+    _serve_metrics(config)
+    install_signal_handlers(compactor, what="group")
+    if args.once:
+        results = compactor.run_once()
+        for res in results:
+            print(f"{res.result}: {len(res.group.files)} files -> {res.files_out} files in {res.seconds:.1f}s; "
+                  f"point-query files {res.scanned_before:.1f} -> {res.scanned_after:.1f}"
+                  + (f" ({res.message})" if res.message else ""), flush=True)  # fmt: skip
+        conflicts = sum(1 for res in results if res.result == "conflict")
+        committed = sum(1 for res in results if res.result == "committed")
+        print(f"lakecluster compact: {committed} group(s) committed, {conflicts} conflict(s)", flush=True)
+        return 3 if conflicts else 0
+    print(f"lakecluster compact: {config.table.path} every {config.compaction.interval_s:g}s "
+          "(Ctrl-C stops after the current group)", flush=True)  # fmt: skip
+    compactor.run_forever()
+    return 0
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    """The stream in the main thread, the compactor in a background thread, one SparkContext.
+
+    Either one failing for good stops the other and the process exits non-zero.
+    """
+    from lakecluster.compaction.loop import Compactor
+    from lakecluster.spark import get_session
+    from lakecluster.stream.job import StreamJob, install_signal_handlers, preflight, progress_printer
+
+    _serve_metrics(config)
+    preflight(config)  # an unwritable location, a schema mismatch, no broker: before Spark starts
+    spark = get_session(config.spark, config.storage, s3=config.uses_s3)
+    failure: list[BaseException] = []
+    compactor: list[Compactor] = []
+    job = StreamJob(config, spark=spark, max_batches=args.max_batches,
+                    on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
+
+    def compact_forever() -> None:
+        try:
+            c = Compactor(config, spark=spark)
+            compactor.append(c)
+            c.run_forever()
+        except BaseException as e:
+            failure.append(e)
+            job.request_stop()
+
+    worker = threading.Thread(target=compact_forever, name="lakecluster-compactor", daemon=True)
+    job.on_started = worker.start
+    install_signal_handlers(job)
+    print(f"lakecluster run: {config.source.kind} -> {config.table.path}, compacting every "
+          f"{config.compaction.interval_s:g}s (Ctrl-C stops both)", flush=True)  # fmt: skip
+    try:
+        reports = job.run()
+    finally:
+        for c in compactor:
+            c.request_stop()
+        if worker.is_alive():
+            worker.join()
+    if failure:
+        error = failure[0]
+        if isinstance(error, LakeclusterError):
+            raise FatalServiceError(f"the compactor stopped: {error}")
+        raise FatalServiceError(f"the compactor stopped: {type(error).__name__}: {error}")
+    print(f"lakecluster run: stopped after {len(reports)} batch(es), {sum(r.rows for r in reports):,} rows",
+          flush=True)  # fmt: skip
+    return 0
+
+
+def vacuum(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster vacuum``: the table and its quarantine table; ``--dry-run`` lists only."""
+    from lakecluster.compaction.vacuum import vacuum_all
+    from lakecluster.config import MIN_RETENTION_HOURS
+    from lakecluster.spark import get_session
+
+    open_table(config.table.path)  # a missing table is an error before Spark starts
+    hours = config.vacuum.retention_hours if args.retention is None else args.retention
+    force = args.force or config.vacuum.force
+    if hours < MIN_RETENTION_HOURS and not force:
+        raise LakeclusterError(
+            f"retention {hours:g} h is below {MIN_RETENTION_HOURS:g} h: files a running rewrite or a slow reader "
+            "still needs could be deleted; add --force if you are sure"
+        )
+    spark = get_session(config.spark, config.storage, s3=config.uses_s3).newSession()
+    reports = vacuum_all(spark, config, retention_hours=hours, force=force, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    lines = []
+    for r in reports:
+        size = f"{r.bytes / 1e6:,.1f} MB"
+        lines.append(f"{r.table}: {verb} {r.files:,} file(s), {size} (retention {r.retention_hours:g} h)")
+        lines.extend(f"  {p}" for p in r.paths[:50])
+        if len(r.paths) > 50:
+            lines.append(f"  ... and {len(r.paths) - 50:,} more (--output json lists all)")
+    emit([r.__dict__ for r in reports], "\n".join(lines), args.output)
+    return 0
+
+
+def show_config(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster config``: the effective configuration, secrets redacted (JSON in both formats)."""
+    import json
+
+    data = describe(config)
+    emit(data, json.dumps(data, indent=2), args.output)
+    return 0
+
+
+def boundaries(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster boundaries``: the newest boundary sketches of the clustering columns."""
+    from lakecluster.sketch_store import SketchStore
+
+    open_table(config.table.path)
+    latest = SketchStore(config.table.path).latest()
+    if latest is None:
+        raise LakeclusterError("no boundary sketches yet: the stream writes them with every micro-batch")
+    k = args.k or config.sketches.boundaries
+    result: dict[str, Any] = {
+        "delta_version": latest.delta_version,
+        "stream_txn_version": latest.stream_batch_id,
+        "columns": {
+            name: {"n": s.n, "nulls": s.nulls, "nans": s.nans, "exact": s.is_exact,
+                   "rank_error": s.normalized_rank_error(), "boundaries": latest.boundaries(name, k).edges.tolist()}
+            for name, s in latest.sketches.items()
+        },
+    }  # fmt: skip
+    lines = [f"boundary sketches at Delta version {result['delta_version']}"]
+    for name, c in result["columns"].items():
+        edges = c["boundaries"]
+        shown = ", ".join(map(str, [*edges[:3], "...", *edges[-2:]])) if len(edges) > 5 else ", ".join(map(str, edges))
+        lines.append(f"  {name}: n={c['n']:,} nulls={c['nulls']} nans={c['nans']} boundaries={len(edges)} [{shown}]")
+    emit(result, "\n".join(lines), args.output)
+    return 0
+
+
+def index(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster index sync|rebuild|show``: the column-stats index of an existing table."""
+    from lakecluster.index.show import show
+    from lakecluster.index.spec import IndexSpec
+    from lakecluster.index.sync import rebuild, sync
+
+    open_table(config.table.path)
+    spec = IndexSpec.from_config(config)
+    if args.index_command in ("sync", "rebuild"):
+        res = sync(spec) if args.index_command == "sync" else rebuild(spec)
+        start = "" if res.from_version is None else f"{res.from_version} -> "
+        text = (
+            f"index {res.mode}: version {start}{res.to_version}, {res.files_added} file(s) added, "
+            f"{res.files_removed} removed in {res.seconds:.2f}s" + (f" ({res.reason})" if res.reason else "")
+        )
+        emit(res.__dict__, text, args.output)  # fmt: skip
+        return 0
+    info = show(spec, args.column, args.limit)
+    emit(info, info["text"], args.output)
+    return 0
+
+
+def explain(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster explain --where``: files a predicate must read, from the column-stats index."""
+    from lakecluster.index.explain import explain as run_explain
+    from lakecluster.index.explain import format_text
+    from lakecluster.index.spec import IndexSpec
+
+    open_table(config.table.path)
+    rep = run_explain(IndexSpec.from_config(config), args.where, sync_first=not args.no_sync)
+    emit(rep, format_text(rep), args.output)
+    return 0

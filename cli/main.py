@@ -1,0 +1,127 @@
+"""The argument parser, and the one place that turns failures into a message and an exit status.
+
+Exit status: 0 done, 1 failed (a one-line message says what and what to do; ``--debug`` shows the
+trace), 2 usage or configuration error, 3 ``compact --once`` lost a group to a conflict,
+130 interrupted, 141 the reader of the output went away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from lakecluster import storage
+from lakecluster.cli import commands
+from lakecluster.cli.output import quiet_broken_pipe
+from lakecluster.config import Config, load_config, parse_overrides
+from lakecluster.errors import ConfigError, LakeclusterError
+
+log = logging.getLogger("lakecluster")
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
+    "stream": commands.stream,
+    "compact": commands.compact,
+    "run": commands.run,
+    "vacuum": commands.vacuum,
+    "config": commands.show_config,
+    "boundaries": commands.boundaries,
+    "index": commands.index,
+    "explain": commands.explain,
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``lakecluster`` command line: global options, one subcommand per service or task."""
+    p = argparse.ArgumentParser(
+        prog="lakecluster",
+        description="Streaming ingestion into Delta tables, kept compact and clustered by Hilbert/Z keys.",
+        epilog="Start with `lakecluster run` (built-in generator, local table). Docs: docs/ in the repository.",
+    )
+    p.add_argument("--config", "-c", help="TOML config file (defaults < file < LAKECLUSTER_* env < --set)")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set table.path=/data/t (repeatable)")  # fmt: skip
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--output", "-o", default="text", choices=["text", "json"], help="format of results")
+    p.add_argument("--debug", action="store_true", help="show the full trace of a failure")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("stream", help="ingest from the source into the Delta table (runs until stopped)")
+    s.add_argument("--available-now", action="store_true", help="process everything available at start, then exit")
+    s.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
+
+    c = sub.add_parser("compact", help="cluster and compact the table (runs until stopped)")
+    c.add_argument("--once", action="store_true", help="one planning round, then exit")
+    c.add_argument("--dry-run", action="store_true", help="print the plan (groups, files, bytes, why) and exit")
+
+    r = sub.add_parser("run", help="the stream and the compactor side by side in one process (local use)")
+    r.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
+
+    v = sub.add_parser("vacuum", help="delete files no table version within the retention period references")
+    v.add_argument("--retention", type=float, metavar="HOURS",
+                   help="retention in hours (default vacuum.retention_hours)")  # fmt: skip
+    v.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    v.add_argument("--force", action="store_true", help="allow a retention below 168 hours")
+
+    sub.add_parser("config", help="print the effective, validated configuration (secrets redacted)")
+
+    b = sub.add_parser("boundaries", help="print the current boundaries of the clustering columns")
+    b.add_argument("--k", type=int, help="number of boundaries (default sketches.boundaries)")
+
+    i = sub.add_parser("index", help="the column-stats index: sync, rebuild, show (docs/index.md)")
+    isub = i.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    isub.add_parser("sync", help="apply the commits since the index's version (rebuilds when it must)")
+    isub.add_parser("rebuild", help="build the index from the Delta log from scratch")
+    show = isub.add_parser("show", help="the index's version, files, and one column's stats")
+    show.add_argument("--column", help="print this column's per-file stats")
+    show.add_argument("--limit", type=int, default=20, help="most rows printed with --column")
+
+    e = sub.add_parser("explain", help="files a where-clause must read and how many it skips, per conjunct")
+    e.add_argument("--where", required=True, help="e.g. \"s_city = 'UNITED KI1' AND d_year >= 1995\"")
+    e.add_argument("--no-sync", action="store_true", help="fail instead of syncing a stale index first")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (no command: help on stderr, 2)."""
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command is None:
+        p.print_help(sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config, overrides=parse_overrides(args.set))
+        storage.configure(config.storage)
+        return COMMANDS[args.command](args, config)
+    except ConfigError as e:
+        return _fail(args, e, f"configuration error: {e}", 2)
+    except LakeclusterError as e:
+        return _fail(args, e, f"{type(e).__name__}: {e}", 1)
+    except BrokenPipeError:
+        quiet_broken_pipe()
+        return 141
+    except KeyboardInterrupt:
+        print("lakecluster: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        return _fail(args, e, f"unexpected {type(e).__name__}: {_first_line(str(e))} (run with --debug for the trace)",
+                     1)  # fmt: skip
+
+
+def _fail(args: argparse.Namespace, error: BaseException, message: str, status: int) -> int:
+    """Print the one-line message (after the trace with ``--debug``); returns ``status``."""
+    if args.debug:
+        traceback.print_exception(error)
+    print(f"lakecluster: {message}", file=sys.stderr, flush=True)
+    return status
+
+
+def _first_line(text: str) -> str:
+    """The first non-blank line of an unexpected error's text, at most 300 characters."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return text[:300]

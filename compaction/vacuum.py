@@ -1,0 +1,99 @@
+"""Deleting files no table version within the retention period references: Delta's own VACUUM.
+
+A data file is deleted only when no version of the table within ``vacuum.retention_hours``
+references it and it is older than that: files removed by a compaction (they stay readable by
+time travel to the versions before it), files of abandoned rewrites and of writers that died
+before committing (never referenced). Delta's VACUUM does exactly this for the table and for the
+quarantine table; it never enters directories whose names start with ``_`` (``_delta_log``,
+``_lakecluster``), whose contents keep themselves bounded (sketch versions, index GC with a grace
+period, Spark's checkpoint retention). Delta refuses a retention below the table's
+``delta.deletedFileRetentionDuration`` (7 days) unless ``vacuum.force`` is set: files a running
+rewrite or a slow reader still needs could go.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from lakecluster import metrics, storage
+from lakecluster.config import Config
+from lakecluster.errors import TableNotFoundError
+from lakecluster.table import open_table, table_exists
+from lakecluster.uris import join, normalize
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class VacuumReport:
+    table: str
+    retention_hours: float
+    dry_run: bool
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    paths: list[str] = field(default_factory=list)  # with dry_run: what would be deleted
+
+
+def vacuum(spark: SparkSession, table_uri: str, *, retention_hours: float, force: bool = False,
+           dry_run: bool = False) -> VacuumReport:  # fmt: skip
+    """VACUUM one table (``spark`` should be a session of its own: settings are changed on it)."""
+    uri = normalize(table_uri)
+    if not table_exists(uri):
+        raise TableNotFoundError(uri)
+    started = time.monotonic()
+    report = VacuumReport(uri, retention_hours, dry_run)
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false" if force else "true")
+    spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
+    statement = f"VACUUM delta.`{uri}` RETAIN {retention_hours:g} HOURS" + (" DRY RUN" if dry_run else "")
+    if dry_run:
+        report.paths = sorted(r[0] for r in spark.sql(statement).collect())
+        report.files = len(report.paths)
+        fs, _ = storage.filesystem(uri)
+        infos = fs.get_file_info([storage.filesystem(p)[1] for p in report.paths]) if report.paths else []
+        report.bytes = sum(i.size or 0 for i in infos)
+    else:
+        before = open_table(uri).version()
+        spark.sql(statement).collect()
+        report.files, report.bytes = _deleted(uri, before)
+        metrics.VACUUM_FILES.inc(report.files)
+        metrics.VACUUM_BYTES.inc(report.bytes)
+        metrics.VACUUM_LAST_SUCCESS.set(time.time())
+    report.seconds = time.monotonic() - started
+    log.info("vacuum %s (retain %gh)%s: %d file(s), %.1f MB in %.1fs", uri, retention_hours,
+             " dry run" if dry_run else "", report.files, report.bytes / 1e6, report.seconds)  # fmt: skip
+    return report
+
+
+def _deleted(uri: str, before: int) -> tuple[int, int]:
+    """Files deleted (VACUUM END) and their bytes (VACUUM START) as Delta logged them after ``before``."""
+    table = open_table(uri)
+    files = size = 0
+    for entry in table.history(max(1, table.version() - before)):
+        m = entry.get("operationMetrics") or {}
+        if entry.get("operation") == "VACUUM END":
+            files = int(m.get("numDeletedFiles", 0) or 0)
+        elif entry.get("operation") == "VACUUM START":
+            size = int(m.get("sizeOfDataToDelete", 0) or 0)
+    return files, size
+
+
+def vacuum_all(spark: SparkSession, config: Config, *, retention_hours: float | None = None,
+               force: bool | None = None, dry_run: bool = False) -> list[VacuumReport]:  # fmt: skip
+    """The table and, when it exists, its quarantine table."""
+    v = config.vacuum
+    hours = v.retention_hours if retention_hours is None else retention_hours
+    forced = v.force if force is None else force
+    reports = [vacuum(spark, config.table.path, retention_hours=hours, force=forced, dry_run=dry_run)]
+    quarantine = config.table.resolved_quarantine_path
+    if table_exists(quarantine):
+        reports.append(vacuum(spark, quarantine, retention_hours=hours, force=forced, dry_run=dry_run))
+    return reports
+
+
+def data_path(table_uri: str, rel: str) -> str:
+    return join(normalize(table_uri), rel)

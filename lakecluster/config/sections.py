@@ -1,0 +1,241 @@
+"""The configuration's sections: typed, frozen, with their defaults.
+
+Every key is documented in docs/configuration.md; ``tests/lakecluster/test_config.py`` checks that
+the documentation lists exactly the keys defined here, with these defaults.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lakecluster.schema import ColumnSpec
+from lakecluster.ssb import SSB_COLUMNS
+from lakecluster.uris import is_s3
+
+MAX_CLUSTERING_COLUMNS = 8
+
+
+@dataclass(frozen=True)
+class KafkaSourceConfig:
+    """Spark's Kafka source (spark-sql-kafka-0-10) and the kafka-python admin client beside it."""
+
+    bootstrap_servers: str = "localhost:9092"
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    starting_offsets: str = "earliest"
+    # Bounded memory: a backlog is read in micro-batches of at most this many records.
+    max_offsets_per_trigger: int | None = 500_000
+    min_partitions: int | None = None
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    fail_on_data_loss: bool = True
+    # Kafka client properties (Java names, e.g. "security.protocol"), passed to Spark's source as
+    # kafka.<name>; the admin client (start-up checks, lag) gets the subset kafka-python knows.
+    options: Mapping[str, str] = field(default_factory=dict)
+    connect_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class GeneratorSourceConfig:
+    rows_per_second: int = 20_000
+    partitions: int = 2
+    brand_skew: float = 0.0
+    seed: int = 42
+    max_rows: int | None = None
+    max_rows_per_trigger: int | None = 500_000
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    kind: Literal["generator", "kafka"] = "generator"
+    kafka: KafkaSourceConfig = field(default_factory=KafkaSourceConfig)
+    generator: GeneratorSourceConfig = field(default_factory=GeneratorSourceConfig)
+
+    def identity(self) -> dict[str, object]:
+        """What makes two streams the same stream (``stream.id`` is derived from it)."""
+        if self.kind == "kafka":
+            k = self.kafka
+            servers = sorted(s.strip() for s in k.bootstrap_servers.split(",") if s.strip())
+            return {"kind": "kafka", "servers": servers, "topics": sorted(k.topics), "pattern": k.topic_pattern}
+        return {"kind": "generator", "seed": self.generator.seed}
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    path: str = "lakecluster-data/lineorder"
+    columns: tuple[ColumnSpec, ...] = SSB_COLUMNS
+    partition_by: tuple[str, ...] = ("d_year",)
+    clustering_columns: tuple[str, ...] = ("s_city", "c_city", "p_brand")
+    quarantine_path: str | None = None
+
+    @property
+    def resolved_quarantine_path(self) -> str:
+        return self.quarantine_path or self.path.rstrip("/") + "_quarantine"
+
+    def column(self, name: str) -> ColumnSpec:
+        return next(c for c in self.columns if c.name == name)
+
+
+@dataclass(frozen=True)
+class RecordsConfig:
+    """Limits of the record parser (docs/records.md): a record over one is quarantined."""
+
+    max_record_bytes: int = 1 << 20
+    max_depth: int = 64
+    max_string_chars: int = 32_768
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    trigger_interval_s: float = 5.0
+    checkpoint_location: str | None = None
+    # The stream's identity in the table: its commits and source offsets are recorded under it.
+    id: str | None = None
+    progress: bool = True
+    cluster_on_write: bool = True
+
+
+
+@dataclass(frozen=True)
+class SketchConfig:
+    enabled: bool = True
+    k: int = 200
+    boundaries: int = 1024
+    retain_versions: int = 20
+    max_string_chars: int = 64
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    """Thresholds of the compaction loop; every key is documented in docs/configuration.md."""
+
+    curve: Literal["hilbert", "zorder"] = "hilbert"
+    column_weights: Mapping[str, str] = field(default_factory=dict)
+    interval_s: float = 60.0
+    target_file_bytes: int = 128 << 20
+    min_file_bytes: int = 32 << 20
+    max_group_bytes: int = 1 << 30
+    max_groups_per_run: int = 8
+    min_input_files: int = 4
+    merge_fanout: int = 4
+    max_generation: int = 6
+    commit_attempts: int = 10
+    stop_timeout_s: float = 30.0
+
+    def weights(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.column_weights.items()}
+
+
+@dataclass(frozen=True)
+class VacuumConfig:
+    """Deleting files no table version within the retention period references (docs/retention.md)."""
+
+    retention_hours: float = 168.0
+    interval_s: float = 3600.0
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """The column-stats index (docs/index.md); every key is documented in docs/configuration.md."""
+
+    enabled: bool = True
+    path: str | None = None
+    columns: tuple[str, ...] = ()
+    max_columns: int = 32
+    row_group_rows: int = 16_384
+    max_segments: int = 8
+    sync_after_compaction: bool = True
+    sync_after_stream: bool = False
+    nan_counts: Literal["assume", "scan"] = "assume"
+    gc_grace_s: float = 3600.0
+
+    def resolved_path(self, table: TableConfig) -> str:
+        return self.path or table.path.rstrip("/") + "/_lakecluster/index"
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Transient faults (broker, storage, commit conflicts) are retried with capped backoff."""
+
+    initial_backoff_s: float = 1.0
+    max_backoff_s: float = 60.0
+    # 0: retry transient faults for as long as the service runs (alerts tell operators).
+    give_up_after_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 9464
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str = "local[2]"
+    conf: Mapping[str, str] = field(default_factory=dict)
+    jars_cache: str | None = None
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Object storage access; unset keys fall back to the standard AWS environment variables."""
+
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    s3_session_token: str | None = None
+    s3_path_style: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    source: SourceConfig = field(default_factory=SourceConfig)
+    table: TableConfig = field(default_factory=TableConfig)
+    records: RecordsConfig = field(default_factory=RecordsConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    sketches: SketchConfig = field(default_factory=SketchConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    vacuum: VacuumConfig = field(default_factory=VacuumConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+
+    @property
+    def locations(self) -> dict[str, str]:
+        """Every location lakecluster reads or writes, by config key."""
+        t = self.table
+        return {
+            "table.path": t.path,
+            "table.quarantine_path": t.resolved_quarantine_path,
+            "stream.checkpoint_location": self.checkpoint,
+            "index.path": self.index.resolved_path(t),
+        }
+
+    @property
+    def stream_home(self) -> str:
+        """``<table>/_lakecluster/streams/<stream id>``: the stream's lease, sketches and default checkpoint."""
+        return f"{self.table.path.rstrip('/')}/_lakecluster/streams/{self.stream_id}"
+
+    @property
+    def checkpoint(self) -> str:
+        """``stream.checkpoint_location``, by default the stream's own under the table."""
+        return self.stream.checkpoint_location or f"{self.stream_home}/checkpoint"
+
+    @property
+    def uses_s3(self) -> bool:
+        return any(is_s3(p) for p in self.locations.values())
+
+    @property
+    def stream_id(self) -> str:
+        """``stream.id``, or one derived from the source and the table (stable across restarts)."""
+        if self.stream.id:
+            return self.stream.id
+        what = json.dumps({"source": self.source.identity(), "table": self.table.path.rstrip("/")}, sort_keys=True)
+        return f"{self.source.kind}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"

@@ -1,0 +1,227 @@
+"""Validation: relations between keys, checked once at load, each error naming its key."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from lakecluster.config.sections import (
+    MAX_CLUSTERING_COLUMNS,
+    CompactionConfig,
+    Config,
+    GeneratorSourceConfig,
+    IndexConfig,
+    KafkaSourceConfig,
+    TableConfig,
+)
+from lakecluster.errors import ConfigError
+from lakecluster.schema import validate_type
+from lakecluster.ssb import SSB_COLUMNS
+from lakecluster.uris import is_local
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_STREAM_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+# Below this, vacuum could delete files that a running rewrite or a slow reader still needs.
+MIN_RETENTION_HOURS = 168.0
+
+
+def validate(config: Config) -> None:
+    _validate_table(config.table)
+    t = config.table
+    s = config.stream
+    if s.trigger_interval_s < 0:
+        raise ConfigError("stream.trigger_interval_s", "must be >= 0")
+    if s.id is not None and not _STREAM_ID.match(s.id):
+        raise ConfigError("stream.id", f"1-100 characters of letters, digits and _.:- ; got {s.id!r}")
+
+    r = config.records
+    for key in ("max_record_bytes", "max_depth", "max_string_chars"):
+        _positive(f"records.{key}", getattr(r, key))
+    if r.max_depth > 512:
+        raise ConfigError("records.max_depth", f"must be at most 512 (the exact parser recurses), got {r.max_depth}")
+    for key in ("max_record_bytes", "max_string_chars"):
+        if getattr(r, key) > 1 << 30:
+            raise ConfigError(f"records.{key}", f"must be at most 1 GiB, got {getattr(r, key)}")
+
+    k = config.sketches
+    if not 8 <= k.k <= 65535:
+        raise ConfigError("sketches.k", f"must be 8..65535, got {k.k}")
+    if not 2 <= k.boundaries <= 1 << 20:
+        raise ConfigError("sketches.boundaries", f"must be 2..1048576, got {k.boundaries}")
+    _positive("sketches.retain_versions", k.retain_versions)
+    if not 8 <= k.max_string_chars <= 4096:
+        raise ConfigError("sketches.max_string_chars", f"must be 8..4096, got {k.max_string_chars}")
+
+    _validate_compaction(config.compaction, t)
+    v = config.vacuum
+    if v.interval_s < 0:
+        raise ConfigError("vacuum.interval_s", "must be >= 0 (0 turns the scheduled vacuum off)")
+    _positive("vacuum.retention_hours", v.retention_hours)
+    if v.retention_hours < MIN_RETENTION_HOURS and not v.force:
+        raise ConfigError(
+            "vacuum.retention_hours",
+            f"{v.retention_hours:g} h is below {MIN_RETENTION_HOURS:g} h: files a running rewrite or a slow "
+            "reader still needs could be deleted; set vacuum.force = true if you are sure",
+        )
+    _validate_index(config.index, t)
+    rt = config.retry
+    _positive("retry.initial_backoff_s", rt.initial_backoff_s)
+    if rt.max_backoff_s < rt.initial_backoff_s:
+        raise ConfigError("retry.max_backoff_s", "must be >= retry.initial_backoff_s")
+    if rt.give_up_after_s < 0:
+        raise ConfigError("retry.give_up_after_s", "must be >= 0 (0 retries transient faults forever)")
+    if not 0 <= config.metrics.port <= 65535:
+        raise ConfigError("metrics.port", f"must be 0 (off) or a TCP port, got {config.metrics.port}")
+    if not config.metrics.host.strip():
+        raise ConfigError("metrics.host", "must not be empty (127.0.0.1 serves this machine only)")
+    _validate_cluster_paths(config)
+
+    src = config.source
+    if src.kind == "kafka":
+        _validate_kafka(src.kafka)
+    else:
+        _validate_generator(src.generator, t)
+
+
+def _validate_table(t: TableConfig) -> None:
+    if not t.path.strip():
+        raise ConfigError("table.path", "must not be empty")
+    if not t.columns:
+        raise ConfigError("table.columns", "declare at least one column")
+    names = [c.name for c in t.columns]
+    for i, c in enumerate(t.columns):
+        if not _NAME.match(c.name):
+            raise ConfigError(f"table.columns[{i}].name", f"'{c.name}' is not a plain identifier")
+        problem = validate_type(c.type)
+        if problem:
+            raise ConfigError(f"table.columns[{i}].type", problem)
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError("table.columns", f"duplicate column names: {', '.join(dupes)}")
+    for list_key, cols in (("partition_by", t.partition_by), ("clustering_columns", t.clustering_columns)):
+        for c in cols:
+            if c not in names:
+                raise ConfigError(f"table.{list_key}", f"unknown column '{c}'; columns: {', '.join(names)}")
+    if not 1 <= len(t.clustering_columns) <= MAX_CLUSTERING_COLUMNS:
+        raise ConfigError("table.clustering_columns", f"give 1 to {MAX_CLUSTERING_COLUMNS} columns")
+    overlap = set(t.partition_by) & set(t.clustering_columns)
+    if overlap:
+        raise ConfigError("table.clustering_columns", f"{sorted(overlap)} are partition columns")
+    if t.resolved_quarantine_path.rstrip("/") == t.path.rstrip("/"):
+        raise ConfigError("table.quarantine_path", "must differ from table.path")
+
+
+def _validate_cluster_paths(config: Config) -> None:
+    """On a cluster every executor must see the same storage: a local path would split the table."""
+    master = config.spark.master
+    if master.startswith("local"):
+        return
+    for key, path in config.locations.items():
+        if is_local(path):
+            raise ConfigError(
+                key,
+                f"{path!r} is a local path, but spark.master is {master!r}: executors on other machines would "
+                "each write their own copy; use shared storage such as s3://bucket/path",
+            )
+
+
+def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
+    for name, value in c.column_weights.items():
+        if name not in t.clustering_columns:
+            known = ", ".join(t.clustering_columns)
+            raise ConfigError(f"compaction.column_weights.{name}", f"not a clustering column; known: {known}")
+        try:
+            ok = float(value) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(f"compaction.column_weights.{name}", f"must be a number > 0, got {value!r}")
+    for key in ("interval_s", "target_file_bytes", "min_file_bytes", "max_group_bytes", "max_groups_per_run",
+                "min_input_files", "commit_attempts", "max_generation", "stop_timeout_s"):  # fmt: skip
+        _positive(f"compaction.{key}", getattr(c, key))
+    if c.min_file_bytes > c.target_file_bytes:
+        raise ConfigError("compaction.min_file_bytes", "must be <= compaction.target_file_bytes")
+    if c.max_group_bytes < c.target_file_bytes:
+        raise ConfigError("compaction.max_group_bytes", "must be >= compaction.target_file_bytes")
+    if c.merge_fanout < 2:
+        raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
+
+
+def _validate_index(c: IndexConfig, t: TableConfig) -> None:
+    names = [col.name for col in t.columns]
+    for i, name in enumerate(c.columns):
+        if name not in names:
+            raise ConfigError(f"index.columns[{i}]", f"unknown column '{name}'; columns: {', '.join(names)}")
+    if c.path is not None and not c.path.strip():
+        raise ConfigError("index.path", "must not be empty (leave it unset for <table.path>/_lakecluster/index)")
+    for key in ("max_columns", "row_group_rows", "max_segments"):
+        _positive(f"index.{key}", getattr(c, key))
+    if c.gc_grace_s < 0:
+        raise ConfigError("index.gc_grace_s", "must be >= 0")
+
+
+def _positive(key: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(key, f"must be > 0, got {value}")
+
+
+def _validate_kafka(kc: KafkaSourceConfig) -> None:
+    if not kc.bootstrap_servers.strip():
+        raise ConfigError("source.kafka.bootstrap_servers", "must not be empty")
+    if bool(kc.topics) == bool(kc.topic_pattern):
+        raise ConfigError("source.kafka.topics", "set exactly one of topics or topic_pattern")
+    if kc.topic_pattern:
+        try:
+            re.compile(kc.topic_pattern)
+        except re.error as e:
+            raise ConfigError("source.kafka.topic_pattern", f"not a valid regex: {e}") from None
+    parse_starting_offsets(kc.starting_offsets)
+    _positive("source.kafka.max_offsets_per_trigger", kc.max_offsets_per_trigger)
+    _positive("source.kafka.min_partitions", kc.min_partitions)
+    _positive("source.kafka.connect_timeout_s", kc.connect_timeout_s)
+    for name in kc.options:
+        if name.startswith("kafka."):
+            raise ConfigError(f"source.kafka.options.{name}", f"give Kafka client properties without the "
+                                                              f"'kafka.' prefix: {name[6:]}")  # fmt: skip
+
+
+def parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:
+    """``earliest``, ``latest`` or JSON ``{"topic": {"0": 42, "1": -2}}`` (-2 earliest, -1 latest)."""
+    if text in ("earliest", "latest"):
+        return text
+    key = "source.kafka.starting_offsets"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError:
+        raise ConfigError(key, f"expected earliest, latest or a JSON object, got {text!r}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(key, "the JSON form maps topic -> {partition: offset}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in raw.items():
+        if not isinstance(parts, dict):
+            raise ConfigError(key, f"topic {topic!r}: expected {{partition: offset}}")
+        try:
+            out[topic] = {int(p): int(o) for p, o in parts.items()}
+        except (TypeError, ValueError):
+            raise ConfigError(key, f"topic {topic!r}: partitions and offsets must be integers") from None
+        if any(o < -2 for o in out[topic].values()):
+            raise ConfigError(key, f"topic {topic!r}: offsets must be >= -2")
+    return out
+
+
+def _validate_generator(gc: GeneratorSourceConfig, table: TableConfig) -> None:
+    known = {c.name: c for c in SSB_COLUMNS}
+    for i, c in enumerate(table.columns):
+        if c.name not in known:
+            raise ConfigError(
+                f"table.columns[{i}].name",
+                f"the generator source does not produce '{c.name}'; it produces {', '.join(known)}",
+            )
+        if known[c.name].type != c.type:
+            raise ConfigError(f"table.columns[{i}].type", f"the generator produces {c.name} as {known[c.name].type}")
+    _positive("source.generator.rows_per_second", gc.rows_per_second)
+    _positive("source.generator.partitions", gc.partitions)
+    _positive("source.generator.max_rows", gc.max_rows)
+    _positive("source.generator.max_rows_per_trigger", gc.max_rows_per_trigger)
+    if gc.brand_skew < 0:
+        raise ConfigError("source.generator.brand_skew", "must be >= 0 (0 = uniform, 1 = Zipf)")

@@ -1,0 +1,140 @@
+"""Access to the storage a table lives on, for each reader and writer of it.
+
+One :class:`~lakecluster.config.StorageConfig` gives S3 endpoint, region and credentials; keys left
+unset fall back to the standard AWS environment variables (``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``). From it this module builds
+what each library needs: pyarrow filesystems (sketches, index, leases), delta-rs storage options
+(readers) and Hadoop S3A settings (Spark).
+
+Commits on S3 are made safe between processes by S3 conditional writes (``If-None-Match: *``):
+delta-rs with ``aws_conditional_put=etag``, Spark through lakecluster's LogStore (docs/storage.md).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import pyarrow.fs as pafs
+
+from lakecluster.config import StorageConfig
+from lakecluster.uris import bucket_key, is_local, is_s3, normalize
+
+_lock = threading.Lock()
+_current = StorageConfig()
+_cache: dict[StorageConfig, pafs.FileSystem] = {}
+
+
+def configure(storage: StorageConfig) -> None:
+    """Set the storage settings of this process (the CLI does it once, from the config)."""
+    global _current
+    with _lock:
+        _current = storage
+
+
+def current() -> StorageConfig:
+    return _current
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """The effective S3 settings: config first, then the AWS environment."""
+
+    endpoint: str | None
+    region: str | None
+    access_key_id: str | None
+    secret_access_key: str | None
+    session_token: str | None
+    path_style: bool
+
+    @classmethod
+    def of(cls, storage: StorageConfig) -> S3Settings:
+        env = os.environ
+        return cls(
+            endpoint=storage.s3_endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
+            region=storage.s3_region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+            access_key_id=storage.s3_access_key_id or env.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=storage.s3_secret_access_key or env.get("AWS_SECRET_ACCESS_KEY"),
+            session_token=storage.s3_session_token or env.get("AWS_SESSION_TOKEN"),
+            path_style=storage.s3_path_style,
+        )
+
+    @property
+    def uses_http(self) -> bool:
+        return bool(self.endpoint) and urlsplit(self.endpoint or "").scheme == "http"
+
+
+def filesystem(uri: str, storage: StorageConfig | None = None) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of a location and the path inside it."""
+    uri = normalize(uri)
+    if is_local(uri):
+        return pafs.LocalFileSystem(), uri
+    if not is_s3(uri):
+        raise ValueError(f"unsupported storage scheme in {uri!r}: use a local path or s3://bucket/path")
+    cfg = storage or _current
+    with _lock:
+        fs = _cache.get(cfg)
+        if fs is None:
+            fs = _s3_filesystem(S3Settings.of(cfg))
+            _cache[cfg] = fs
+    return fs, bucket_key(uri)
+
+
+def _s3_filesystem(s: S3Settings) -> pafs.S3FileSystem:
+    kwargs: dict[str, object] = {"region": s.region or "us-east-1"}
+    if s.endpoint:
+        parts = urlsplit(s.endpoint)
+        kwargs["endpoint_override"] = parts.netloc or parts.path
+        kwargs["scheme"] = parts.scheme or "https"
+    if s.access_key_id and s.secret_access_key:
+        kwargs.update(access_key=s.access_key_id, secret_key=s.secret_access_key, session_token=s.session_token)
+    return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
+
+
+def delta_options(uri: str, storage: StorageConfig | None = None) -> dict[str, str] | None:
+    """Storage options for delta-rs (``DeltaTable(uri, storage_options=...)``); None for local paths."""
+    if not is_s3(uri):
+        return None
+    s = S3Settings.of(storage or _current)
+    out = {
+        # Two processes committing the same version: the second PUT fails instead of replacing the first.
+        "aws_conditional_put": "etag",
+        "AWS_REGION": s.region or "us-east-1",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false" if s.path_style else "true",
+    }
+    if s.endpoint:
+        out["AWS_ENDPOINT_URL"] = s.endpoint
+        if s.uses_http:
+            out["AWS_ALLOW_HTTP"] = "true"
+    if s.access_key_id and s.secret_access_key:
+        out["AWS_ACCESS_KEY_ID"] = s.access_key_id
+        out["AWS_SECRET_ACCESS_KEY"] = s.secret_access_key
+        if s.session_token:
+            out["AWS_SESSION_TOKEN"] = s.session_token
+    return out
+
+
+def hadoop_conf(storage: StorageConfig | None = None) -> dict[str, str]:
+    """Hadoop settings for Spark's S3A filesystem (``s3://`` and ``s3a://`` both go through it)."""
+    s = S3Settings.of(storage or _current)
+    conf = {
+        "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+        "fs.s3a.path.style.access": "true" if s.path_style else "false",
+        # Conditional creates (If-None-Match: *) make Delta commits from several processes safe.
+        "fs.s3a.create.conditional.enabled": "true",
+        "fs.s3a.endpoint.region": s.region or "us-east-1",
+    }
+    if s.endpoint:
+        conf["fs.s3a.endpoint"] = s.endpoint
+        conf["fs.s3a.connection.ssl.enabled"] = "false" if s.uses_http else "true"
+    if s.access_key_id and s.secret_access_key:
+        conf["fs.s3a.access.key"] = s.access_key_id
+        conf["fs.s3a.secret.key"] = s.secret_access_key
+        if s.session_token:
+            conf["fs.s3a.session.token"] = s.session_token
+            conf["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    return conf

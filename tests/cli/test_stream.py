@@ -1,0 +1,98 @@
+"""``lakecluster stream`` as a user runs it: the built-in default, clean stops, a missing topic.
+
+Integration tests: the stop test runs Spark, the topic test a real Kafka broker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lakecluster.sketch_store import SketchStore
+from tests.cli.conftest import run_cli, tree
+from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
+from tests.services.kafka import KafkaBroker
+from tests.services.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# How the stop arrives in production: docker/k8s signal the main process; systemd
+# (KillMode=control-group) and `timeout` signal every process of the group, the JVM and the
+# Python workers included; Ctrl-C in a terminal sends SIGINT to the foreground group.
+STOPS: dict[str, Callable[[subprocess.Popen[str]], None]] = {
+    "sigterm-to-driver": lambda proc: proc.send_signal(signal.SIGTERM),
+    "sigterm-to-group": lambda proc: os.killpg(proc.pid, signal.SIGTERM),
+    "ctrl-c-to-group": lambda proc: os.killpg(proc.pid, signal.SIGINT),
+}
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_stream_with_defaults_runs_the_generator_and_a_stop_signal_stops_cleanly(tmp_path: Path, stop: str) -> None:
+    proc = subprocess.Popen(
+        lakecluster_cmd("--set", "source.generator.rows_per_second=20000", "--set", "stream.trigger_interval_s=1",
+                        "--set", f"metrics.port={free_port()}", "stream"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env(),
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
+    while sum(line.startswith("batch") for line in lines) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+    STOPS[stop](proc)
+    rest, _ = proc.communicate(timeout=120)
+    output = "".join(lines) + rest
+    assert proc.returncode == 0, output[-3000:]
+    batch_lines = [ln for ln in output.splitlines() if ln.startswith("batch")]
+    assert len(batch_lines) >= 2, output[-3000:]
+    assert all(w in batch_lines[0] for w in ("rows", "rows/s", "files", "quarantined"))
+    assert "stopped after" in output
+    assert "Traceback" not in output
+    deadline = time.monotonic() + 30
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not group_alive(proc.pid), "the JVM or a Python worker outlived the driver"
+
+    path = tmp_path / "lakecluster-data" / "lineorder"  # the default table.path, relative to the cwd
+    keys = sorted(read_delta(path).column("lo_orderkey").to_pylist())
+    # The generator's offsets are its order keys: a clean stop leaves exactly a prefix, once.
+    assert keys == list(range(len(keys))) and len(keys) > 0
+    assert SketchStore(str(path)).latest() is not None
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ('source.kafka.topics=["no_such_topic"]', "topic(s) no_such_topic not found on {bootstrap}; create them or "
+                                                   "fix source.kafka.topics"),
+        ("source.kafka.topic_pattern=no_such_.*", "no topic on {bootstrap} matches pattern 'no_such_.*'"),
+    ],
+    ids=["topics", "topic_pattern"],
+)  # fmt: skip
+def test_missing_topic_is_named_before_spark_starts(kafka: KafkaBroker, tmp_path: Path, setting: str,
+                                                    message: str) -> None:  # fmt: skip
+    table = tmp_path / "t"
+    proc = run_cli("--set", "source.kind=kafka", "--set", f"source.kafka.bootstrap_servers={kafka.bootstrap}",
+                   "--set", setting, "--set", f"table.path={table}", "--set", "metrics.port=0", "stream",
+                   cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"lakecluster: TopicNotFoundError: {message.format(bootstrap=kafka.bootstrap)}\n"
+    assert tree(tmp_path) == []

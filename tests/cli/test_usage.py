@@ -1,0 +1,39 @@
+"""``lakecluster`` without a command, and configuration errors: usage, exit status 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakecluster.cli import main
+from lakecluster.cli.main import COMMANDS
+from tests.cli.conftest import run_cli, tree
+
+
+def test_bare_command_prints_help_to_stderr_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("usage: lakecluster")
+    assert all(name in err for name in COMMANDS)
+
+
+def test_bare_command_as_a_process_prints_help_and_exits_2(tmp_path: Path) -> None:
+    proc = run_cli(cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("usage: lakecluster") and "stream" in proc.stderr and "explain" in proc.stderr
+    assert tree(tmp_path) == []
+
+
+def test_config_error_exits_2_and_names_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--set", "sketches.k=1", "config"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "lakecluster: configuration error: config key 'sketches.k': must be 8..65535, got 1\n"
+
+
+def test_set_without_equals_sign_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--set", "table.path", "config"]) == 2
+    assert "--set takes key=value" in capsys.readouterr().err
