@@ -93,7 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = load_config(args.config, overrides=parse_overrides(args.set))
+        overrides = parse_overrides(args.set)
+        if args.debug:  # the JVM's own reports too, unless the configuration says otherwise
+            overrides.setdefault("spark.log_level", '"warn"')
+        config = load_config(args.config, overrides=overrides)
         storage.configure(config.storage)
         return COMMANDS[args.command](args, config)
     except ConfigError as e:

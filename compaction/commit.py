@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from lakecluster import storage
 from lakecluster.compaction.planner import Group
 from lakecluster.errors import CompactionConflictError, TableError
+from lakecluster.faults import fail_point
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.table import METADATA_KEY, open_table, parse_user_metadata, user_metadata
 
@@ -163,6 +164,8 @@ def commit_rewrite(
     spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", meta_text)
     try:
         version = int(txn.commit(_seq(jvm, actions), operation, _scala_map(jvm, {METADATA_KEY + ".attempt": attempt})))
+        # The commit landed but its answer may not reach us (a connection reset): tests fail here.
+        fail_point("compaction_after_commit_call")
         return CommitResult(version, attempt)
     except Exception as e:
         text = str(e)

@@ -384,12 +384,12 @@ class _Parser:
             if last.kind not in ("number", "string") or prefix:
                 raise bad("expected a number")
             try:
-                value = Decimal(last.value.strip())
+                exact = Decimal(last.value.strip())
             except InvalidOperation:
                 raise bad("expected a number") from None
-            if not value.is_finite():
+            if not exact.is_finite():
                 raise bad("expected a finite number")
-            return sign * value
+            return sign * exact
         if last.kind != "string" or sign < 0:
             raise bad(f"expected a quoted {col.type}, e.g. '1995-01-01'")
         if col.type == "date":

@@ -77,6 +77,7 @@ class AnyOf:
 
 def _compare(col: ColumnSpec, op: str, value: Any) -> Any:
     """One comparison as an atom; literals off an integer/decimal column's grid are snapped."""
+    exact: Any
     if family(col) == "integer" and isinstance(value, Decimal):
         unscaled = value.scaleb(scale(col))
         lo, hi = int(unscaled.to_integral_value(ROUND_FLOOR)), int(unscaled.to_integral_value(ROUND_CEILING))

@@ -17,8 +17,8 @@ def show(spec: IndexSpec, column: str | None = None, limit: int = 20) -> dict[st
         raise StatsIndexError(f"no index under {spec.index_path} (run `lakecluster index sync`)")
     sizes = {}
     for name in manifest.files:
-        info = store.fs.get_file_info(f"{store.root}/{name}")
-        sizes[name] = int(info.size or 0)
+        file_info = store.fs.get_file_info(f"{store.root}/{name}")
+        sizes[name] = int(file_info.size or 0)
     info: dict[str, Any] = {
         "path": spec.index_path, "delta_version": manifest.delta_version, "indexed_columns": manifest.indexed,
         "partition_by": manifest.partition_by, "base": manifest.base, "segments": manifest.segments,

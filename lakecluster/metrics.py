@@ -60,7 +60,7 @@ _server_lock = threading.Lock()
 _server_port: int | None = None
 
 
-def serve(port: int, host: str = "0.0.0.0") -> int | None:
+def serve(port: int, host: str = "127.0.0.1") -> int | None:
     """Start the /metrics endpoint once per process (port 0 = off). Returns the port."""
     global _server_port
     if port == 0:

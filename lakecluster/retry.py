@@ -103,8 +103,18 @@ def sleep(seconds: float, stop: threading.Event | None) -> bool:
     return stop.wait(seconds)
 
 
+_NOISE = ("Traceback (most recent call last)", "An exception was raised by the Python Proxy", "at ", "File \"")
+
+
 def first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return text[:300]
+    """The line of an error's text that says what went wrong: the first that names a known fault,
+    else the first that is not a traceback header or frame (Spark wraps causes in several layers)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in lines:
+        if (_FATAL.search(line) or _TRANSIENT.search(line)) and not line.startswith(_NOISE):
+            return _clip(line)
+    return _clip(next((ln for ln in lines if not ln.startswith(_NOISE)), text))
+
+
+def _clip(line: str) -> str:
+    return line[:300] + ("..." if len(line) > 300 else "")

@@ -8,12 +8,15 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from lakecluster import jars
 from lakecluster.config import SparkConfig, StorageConfig
 from lakecluster.storage import hadoop_conf
+
+LOG4J_CONFIG = Path(__file__).parent / "jvm" / "log4j2.properties"
 
 # Settings the project relies on; user-given spark.conf entries are applied after these.
 BASE_CONF = {
@@ -51,7 +54,9 @@ BASE_CONF = {
 def session_conf(config: SparkConfig, storage: StorageConfig, *, s3: bool) -> dict[str, str]:
     """Every setting the session is built with: ours, storage access, then the user's."""
     jar_files = jars.spark_jars(s3=s3, cache_dir=jars.cache_dir(config.jars_cache))
-    conf = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jar_files)}
+    java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -Dlakecluster.jvm.log.level={config.log_level}"
+    conf = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jar_files),
+            "spark.driver.extraJavaOptions": java_options, "spark.executor.extraJavaOptions": java_options}
     if s3:
         conf.update({f"spark.hadoop.{k}": v for k, v in hadoop_conf(storage).items()})
     conf.update(config.conf)
@@ -74,7 +79,7 @@ def get_session(
     for key, value in {**session_conf(config, storage or StorageConfig(), s3=s3), **(extra or {})}.items():
         builder = builder.config(key, value)
     spark = _start_outside_signals(builder.getOrCreate)
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(config.log_level.upper())
     return spark
 
 

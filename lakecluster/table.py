@@ -152,6 +152,7 @@ def create_table(spark: SparkSession, spec: TableSpec, *, properties: dict[str, 
     if check_schema(spec) is not None:
         return
     schema = StructType.fromDDL(spec.ddl)
+    assert isinstance(schema, StructType)
     builder = SparkDeltaTable.createIfNotExists(spark).location(spec.uri).addColumns(schema)
     if spec.partition_by:
         builder = builder.partitionedBy(*spec.partition_by)

@@ -238,7 +238,7 @@ class StreamJob:
                     self._gate.request_stop()
                     break
                 try:
-                    query.awaitTermination(0.2)
+                    query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds; a float works
                 except Exception:
                     break
         finally:

@@ -135,7 +135,7 @@ def partitions(k: KafkaSourceConfig, client: Any) -> list[tuple[str, int]]:
         topics = sorted(t for t in names if pattern.fullmatch(t))
         if not topics:
             raise TopicNotFoundError(f"no topic on {k.bootstrap_servers} matches pattern {k.topic_pattern!r}")
-    out = []
+    out: list[tuple[str, int]] = []
     for topic in topics:
         parts = client.partitions_for_topic(topic) or set()
         out.extend((topic, p) for p in sorted(parts))

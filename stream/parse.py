@@ -166,7 +166,7 @@ class RecordParser:
         """Parse Kafka record values (binary, may hold nulls) into the declared columns."""
         values = _as_binary(values)
         n = len(values)
-        codes: dict[int, ReasonCode] = {}
+        codes: dict[int, str] = {}
         reasons: dict[int, str] = {}
         fast, slow, sizes = self._route(values, codes, reasons)
         pieces: list[tuple[np.ndarray, pa.Table]] = []
@@ -184,7 +184,7 @@ class RecordParser:
             pieces.append(self._rows_to_table(slow_ok, slow_rows, codes, reasons))
         return Parsed(self._assemble(pieces, n), _sparse_strings(codes, n), _sparse_strings(reasons, n))
 
-    def _route(self, values: pa.BinaryArray, codes: dict[int, ReasonCode],
+    def _route(self, values: pa.BinaryArray, codes: dict[int, str],
                reasons: dict[int, str]) -> tuple[np.ndarray, list[int], np.ndarray]:  # fmt: skip
         """Decide null, too large and too deep records; split the rest between Arrow (indices)
         and the exact path (list), with vectorised checks over the block's bytes."""
@@ -225,7 +225,7 @@ class RecordParser:
         except Exception as exc:  # a parser bug must cost one record, not stop the stream for good
             return Outcome(None, ReasonCode.PARSER_ERROR, f"parser error: {type(exc).__name__}")
 
-    def _rows_to_table(self, idx: list[int], rows: list[dict[str, Any]], codes: dict[int, ReasonCode],
+    def _rows_to_table(self, idx: list[int], rows: list[dict[str, Any]], codes: dict[int, str],
                        reasons: dict[int, str]) -> tuple[np.ndarray, pa.Table]:  # fmt: skip
         try:
             return np.asarray(idx), pa.Table.from_pylist(rows, schema=self.schema)
@@ -326,7 +326,11 @@ class RecordParser:
             bad |= too_big.to_numpy(zero_copy_only=False)
         for name in self._dates:
             text = table[name].combine_chunks()
-            bad[_bisect_failures(len(text), lambda a, b, t=text: _casts_to_date(t.slice(a, b - a)))] = True
+
+            def dates_cast(a: int, b: int, t: pa.Array = text) -> bool:
+                return _casts_to_date(t.slice(a, b - a))
+
+            bad[_bisect_failures(len(text), dates_cast)] = True
             # The cast reads year 0000, which no Python date (nor the exact path) holds.
             bad |= pc.starts_with(text, "0000").fill_null(False).to_numpy(zero_copy_only=False)
         for name in self._timestamps:

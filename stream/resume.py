@@ -119,8 +119,8 @@ def prepare(
                 f"names stream {stream_id!r}; use the stream's own checkpoint (stream.checkpoint_location) or "
                 "set stream.id"
             )
-        floor = {(t, int(p)): int(o) for t, p, o in marker.get("quarantine_floor", [])}
-        return StreamStart(stream_id, int(marker["txn_base"]), None, floor, "checkpoint")
+        kept = {(t, int(p)): int(o) for t, p, o in marker.get("quarantine_floor", [])}
+        return StreamStart(stream_id, int(marker["txn_base"]), None, kept, "checkpoint")
 
     table = _maybe_open(table_uri)
     quarantine = _maybe_open(quarantine_uri) if quarantine_uri else None

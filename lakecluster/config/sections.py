@@ -98,7 +98,6 @@ class StreamConfig:
     cluster_on_write: bool = True
 
 
-
 @dataclass(frozen=True)
 class SketchConfig:
     enabled: bool = True
@@ -122,7 +121,6 @@ class CompactionConfig:
     min_input_files: int = 4
     merge_fanout: int = 4
     max_generation: int = 6
-    commit_attempts: int = 10
     stop_timeout_s: float = 30.0
 
     def weights(self) -> dict[str, float]:
@@ -178,6 +176,8 @@ class SparkConfig:
     master: str = "local[2]"
     conf: Mapping[str, str] = field(default_factory=dict)
     jars_cache: str | None = None
+    # The JVM's own console logging; "fatal" keeps handled failures to lakecluster's one-line messages.
+    log_level: Literal["off", "fatal", "error", "warn", "info", "debug"] = "fatal"
 
 
 @dataclass(frozen=True)

@@ -98,10 +98,10 @@ def _validate_table(t: TableConfig) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError("table.columns", f"duplicate column names: {', '.join(dupes)}")
-    for list_key, cols in (("partition_by", t.partition_by), ("clustering_columns", t.clustering_columns)):
-        for c in cols:
-            if c not in names:
-                raise ConfigError(f"table.{list_key}", f"unknown column '{c}'; columns: {', '.join(names)}")
+    for list_key, listed in (("partition_by", t.partition_by), ("clustering_columns", t.clustering_columns)):
+        for name in listed:
+            if name not in names:
+                raise ConfigError(f"table.{list_key}", f"unknown column '{name}'; columns: {', '.join(names)}")
     if not 1 <= len(t.clustering_columns) <= MAX_CLUSTERING_COLUMNS:
         raise ConfigError("table.clustering_columns", f"give 1 to {MAX_CLUSTERING_COLUMNS} columns")
     overlap = set(t.partition_by) & set(t.clustering_columns)
@@ -137,7 +137,7 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         if not ok:
             raise ConfigError(f"compaction.column_weights.{name}", f"must be a number > 0, got {value!r}")
     for key in ("interval_s", "target_file_bytes", "min_file_bytes", "max_group_bytes", "max_groups_per_run",
-                "min_input_files", "commit_attempts", "max_generation", "stop_timeout_s"):  # fmt: skip
+                "min_input_files", "max_generation", "stop_timeout_s"):  # fmt: skip
         _positive(f"compaction.{key}", getattr(c, key))
     if c.min_file_bytes > c.target_file_bytes:
         raise ConfigError("compaction.min_file_bytes", "must be <= compaction.target_file_bytes")

@@ -13,12 +13,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.loop import Compactor
+from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.config import Config, load_config
-from lakecluster.errors import NoBoundariesError
+from lakecluster.errors import CompactionConflictError, NoBoundariesError
+from lakecluster.layout import ClusteringLayout
 from lakecluster.stream.job import StreamJob
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
-from tests.services.kafka import KafkaBroker as Broker
+from tests.services.kafka import KafkaBroker
 from tests.stream import kafka_records as kr
 
 pytestmark = pytest.mark.integration
@@ -28,7 +31,6 @@ SMALL = {
     "compaction.min_file_bytes": "30000",
     "compaction.min_input_files": "2",
     "compaction.max_groups_per_run": "50",
-    "compaction.orphan_min_age_s": "0",
     "compaction.interval_s": "0.5",
     "metrics.port": "0",
     "stream.progress": "false",
@@ -59,9 +61,17 @@ def log_entries(table: Path, version: int) -> list[dict]:
     return [json.loads(line) for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines()]
 
 
+def removed_paths(table: Path) -> list[str]:
+    """Every path any commit removed (a path removed twice means two rewrites of the same rows)."""
+    out = []
+    for v in range(DeltaTable(str(table)).version() + 1):
+        out.extend(e["remove"]["path"] for e in log_entries(table, v) if "remove" in e)
+    return out
+
+
 def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    config = generator_config(table, rows=24_000, per_batch=3_000)
+    config = generator_config(table, rows=24_000, per_batch=6_000)
     fill(spark, config)
     before = read_delta(table)
     files_before = len(DeltaTable(str(table)).file_uris())
@@ -75,26 +85,34 @@ def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Pa
     assert after.num_rows == 24_000
     duck = duckdb_connection().execute(f"SELECT count(*), sum(lo_orderkey) FROM delta_scan('{table}')").fetchone()
     assert duck == (24_000, sum(before["lo_orderkey"].to_pylist()))
-    files_after = len(DeltaTable(str(table)).file_uris())
-    assert files_after < files_before
+    assert len(DeltaTable(str(table)).file_uris()) < files_before
     assert all(r.scanned_after < r.scanned_before for r in results)
 
-    # The commit is a rewrite: removes and adds with dataChange=false, tagged as a compaction.
+    # The commit says what it is: OPTIMIZE with its metrics, every action dataChange=false, and
+    # lakecluster's details in userMetadata.
     entries = log_entries(table, results[0].version)
     info = next(e["commitInfo"] for e in entries if "commitInfo" in e)
-    assert info["lakecluster.operation"] == "compaction" and info["lakecluster.curve"] == "hilbert"
-    assert info["lakecluster.columns"] == "s_city,c_city,p_brand"
+    assert info["operation"] == "OPTIMIZE"
+    metrics = info["operationMetrics"]
+    assert int(metrics["numRemovedFiles"]) == len(results[0].group.files)
+    assert int(metrics["numAddedFiles"]) == results[0].files_out
+    meta = json.loads(info["userMetadata"])["lakecluster"]
+    assert meta["operation"] == "compaction" and meta["curve"] == "hilbert"
+    assert meta["columns"] == "s_city,c_city,p_brand" and meta["attempt"]
     changes = [e.get("add", e.get("remove")) for e in entries if "add" in e or "remove" in e]
     assert changes and all(c["dataChange"] is False for c in changes)
+    # Spark SQL through delta-spark sees the rewrite as what it is.
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
+    assert {h["operation"] for h in history} >= {"OPTIMIZE", "WRITE"}
 
     # Nothing left to do for the same data: a second round finds no unclustered files.
-    assert compactor.plan().groups == [] or all(g.reason.startswith("merge") for g in compactor.plan().groups)
+    assert all(g.reason.startswith("merge") for g in compactor.plan().groups)
 
 
 def test_a_value_heavier_than_a_file_is_spread_over_several_files(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     # Extreme brand skew: a few brands hold most rows; one partition so all rows meet in one group.
-    config = generator_config(table, rows=20_000, per_batch=2_500, **{"source.generator.brand_skew": "3.0",
+    config = generator_config(table, rows=20_000, per_batch=5_000, **{"source.generator.brand_skew": "3.0",
                               "table.partition_by": "[]"})  # fmt: skip
     fill(spark, config)
     Compactor(config, spark=spark).run_once()
@@ -103,55 +121,104 @@ def test_a_value_heavier_than_a_file_is_spread_over_several_files(spark, tmp_pat
     top = Counter(read_delta(table)["p_brand"].to_pylist()).most_common(1)[0]
     lows, highs = actions["min.p_brand"].to_pylist(), actions["max.p_brand"].to_pylist()
     holding_top = [n for n, lo, hi in zip(rows, lows, highs, strict=True) if lo <= top[0] <= hi]
-    assert top[1] > 2 * max(rows) / 2  # the value alone is bigger than a file
+    assert top[1] > max(rows)  # the value alone is bigger than a file
     assert len(holding_top) >= 2 and max(rows) <= 2 * sum(rows) / len(rows) + 1
 
 
-def test_second_compactor_of_the_same_files_conflicts_and_commits_nothing(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_group_already_rewritten_by_another_compactor_is_dropped_before_any_work(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    config = generator_config(table, rows=12_000, per_batch=3_000)
+    fill(spark, config)
+    first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
+    group = first.plan().groups[0]
+    same = next(g for g in second.plan().groups if g.files == group.files)
+    sketches = first.sketches()
+    assert first.compact_group(group, sketches).result == "committed"
+    files_before = {p.name for p in table.rglob("*.parquet")}
+    lost = second.compact_group(same, sketches)
+    assert lost.result == "skipped" and "already rewritten" in lost.message
+    assert {p.name for p in table.rglob("*.parquet")} == files_before, "the dropped group still wrote files"
+
+
+def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=12_000, per_batch=3_000)
     fill(spark, config)
     before = read_delta(table)
     first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
     group = first.plan().groups[0]
-    same = next(g for g in second.plan().groups if g.files == group.files)
     sketches = first.sketches()
-    won = first.compact_group(group, sketches)
-    lost = second.compact_group(same, sketches)
-    assert won.result == "committed"
-    assert lost.result == "conflict" and "removed by another commit" in lost.message
+    layout = ClusteringLayout.build(sketches, config.table.clustering_columns, curve="hilbert", target_cells=2)
+    spec = RewriteSpec(str(table), config.table.columns, ("d_year",), layout, target_files=2, file_prefix="g01-abc")
+    written = rewrite(second.spark, group, spec)  # the second compactor is mid-rewrite ...
+    assert first.compact_group(group, sketches).result == "committed"  # ... when the first commits
+    version = DeltaTable(str(table)).version()
+    with pytest.raises(CompactionConflictError, match="no longer in the table"):
+        commit_rewrite(second.spark, str(table), group, written, metadata={"operation": "compaction"})
+    assert DeltaTable(str(table)).version() == version
     assert row_multiset(read_delta(table)) == row_multiset(before)
-    # the loser's output files were deleted: every parquet file on disk is referenced
-    referenced = set(DeltaTable(str(table)).get_add_actions(flatten=True).column("path").to_pylist())
-    on_disk = {str(p.relative_to(table)) for p in table.rglob("part-g*.parquet")}
-    assert on_disk <= referenced
+    assert all((table / f.path).exists() for f in written), "an abandoned rewrite deletes nothing (vacuum does)"
+
+
+def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    config = generator_config(table, rows=6_000, per_batch=3_000)
+    fill(spark, config)
+    compactor = Compactor(config, spark=spark)
+    group = compactor.plan().groups[0]
+    layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
+                                    target_cells=2)  # fmt: skip
+    spec = RewriteSpec(str(table), config.table.columns, ("d_year",), layout, target_files=2, file_prefix="g01-def")
+    written = rewrite(compactor.spark, group, spec)
+    (table / written[0].path).unlink()  # e.g. another process's cleanup
+    version = DeltaTable(str(table)).version()
+    with pytest.raises(CompactionConflictError, match="missing"):
+        commit_rewrite(compactor.spark, str(table), group, written, metadata={"operation": "compaction"})
+    assert DeltaTable(str(table)).version() == version
+    assert read_delta(table).num_rows == 6_000
+
+
+def test_a_commit_whose_answer_is_lost_is_resolved_from_the_log(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    table = tmp_path / "t"
+    config = generator_config(table, rows=6_000, per_batch=3_000)
+    fill(spark, config)
+    before = read_delta(table)
+    monkeypatch.setenv("LAKECLUSTER_TEST_FAIL_AT", "compaction_after_commit_call")
+    results = Compactor(config, spark=spark).run_once()
+    assert results and all(r.result == "committed" for r in results)
+    # Every output the log references exists: nothing live was deleted after the "failed" call.
+    dt = DeltaTable(str(table))
+    assert all((table / p).exists() for p in dt.get_add_actions(flatten=True).column("path").to_pylist())
+    assert row_multiset(read_delta(table)) == row_multiset(before)
 
 
 def stream_in_subprocess(table: Path) -> list[str]:
-    """Fill ``table`` with 9,000 generator rows by a `lakecluster stream` process; its CLI args."""
-    args = [f"--set=table.path={table}", *[f"--set={k}={v}" for k, v in SMALL.items()]]
-    subprocess.run(lakecluster_cmd(*args, "--set=source.generator.max_rows=9000",
-                                   "--set=source.generator.max_rows_per_trigger=3000", "stream", "--available-now"),
-                   check=True, env=subprocess_env(), capture_output=True)  # fmt: skip
+    """Fill ``table`` (unpartitioned: one group per round) with 9,000 generator rows by a
+    `lakecluster stream` process; returns its CLI args."""
+    args = [f"--set=table.path={table}", "--set=table.partition_by=[]", *[f"--set={k}={v}" for k, v in SMALL.items()]]
+    command = lakecluster_cmd(*args, "--set=source.generator.max_rows=9000",
+                              "--set=source.generator.max_rows_per_trigger=3000", "stream", "--available-now")
+    done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     return args
 
 
-def test_two_compactor_processes_at_once_never_duplicate_rows(tmp_path: Path) -> None:
+def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(tmp_path: Path) -> None:
     table = tmp_path / "t"
     args = stream_in_subprocess(table)
     before = read_delta(table)
     procs = [subprocess.Popen(lakecluster_cmd(*args, "compact", "--once"), env=subprocess_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
-    outs = [p.communicate(timeout=300) for p in procs]
-    codes = [p.returncode for p in procs]
-    assert set(codes) <= {0, 3}, outs  # 3: finished with conflicts
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert {p.returncode for p in procs} <= {0, 3}, outs  # 3: finished with conflicts
     assert row_multiset(read_delta(table)) == row_multiset(before)
-    text = "".join(o for o, _ in outs)
-    # Both planned the same groups from the same snapshot: each group was committed once.
-    assert "conflict" in text
+    removed = removed_paths(table)
+    assert removed and len(removed) == len(set(removed)), "a file was rewritten by both compactors"
+    assert duckdb_connection().execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone() == (9_000,)
 
 
-def test_compactor_killed_before_commit_leaves_table_intact_and_leftovers_are_removed(tmp_path: Path) -> None:
+def test_compactor_killed_before_commit_leaves_the_table_intact_and_its_files_to_vacuum(tmp_path: Path) -> None:
     table = tmp_path / "t"
     args = stream_in_subprocess(table)
     before = read_delta(table)
@@ -166,29 +233,35 @@ def test_compactor_killed_before_commit_leaves_table_intact_and_leftovers_are_re
 
     done = subprocess.run(lakecluster_cmd(*args, "compact", "--once"), capture_output=True, env=subprocess_env())
     assert done.returncode == 0, done.stderr[-2000:]
+    assert all(p.exists() for p in leftovers), "only vacuum deletes files, after the retention period"
+    assert row_multiset(read_delta(table)) == row_multiset(before)
+    # A vacuum that keeps nothing older than "now" removes them; the table reads the same.
+    swept = subprocess.run(lakecluster_cmd(*args, "vacuum", "--retention", "0", "--force"), capture_output=True,
+                           env=subprocess_env(), text=True)  # fmt: skip
+    assert swept.returncode == 0, swept.stderr[-2000:]
     assert not [p for p in leftovers if p.exists()]
     assert row_multiset(read_delta(table)) == row_multiset(before)
 
 
-def test_stream_and_compactor_side_by_side_on_kafka(spark, broker: Broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_stream_and_compactor_side_by_side_on_kafka(spark, kafka: KafkaBroker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     topic = "compact-live"
-    broker.create_topic(topic, 3)
+    kafka.create_topic(topic, 3)
     table = tmp_path / "t"
-    cfg_file = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table,
+    cfg_file = kr.write_config(tmp_path / "c.toml", bootstrap=kafka.bootstrap, topic=topic, table=table,
                                max_offsets=150)  # fmt: skip
     config = load_config(cfg_file, overrides={**SMALL, "compaction.target_file_bytes": "20000",
                                               "compaction.min_file_bytes": "10000"}, environ={})  # fmt: skip
     stream = StreamJob(config, spark=spark)
-    compactor = Compactor(config, spark=spark)
     produced: list[kr.Produced] = []
-    stream_thread = threading.Thread(target=stream.run)
-    stream_thread.start()
     compactions: list = []
+    compactor: list[Compactor] = []
 
     def compact_loop() -> None:
-        while not compactor.stopping:
+        c = Compactor(config, spark=spark)
+        compactor.append(c)
+        while not c.stopping:
             try:
-                compactions.extend(compactor.run_once())
+                compactions.extend(c.run_once())
             except NoBoundariesError:
                 pass  # the stream has not committed its first batch yet; `run_forever` waits the same way
             except Exception as e:
@@ -196,32 +269,29 @@ def test_stream_and_compactor_side_by_side_on_kafka(spark, broker: Broker, tmp_p
                 return
             time.sleep(0.5)
 
-    compactor_thread = threading.Thread(target=compact_loop)
+    stream.on_started = threading.Thread(target=compact_loop).start
+    stream_thread = threading.Thread(target=stream.run)
+    stream_thread.start()
     try:
         for wave in range(4):
             records = kr.build(wave * 1000, 250, partitions=3, seed=wave, with_malformed=False)
-            broker.produce(topic, [(r.partition, r.value) for r in records])
+            kafka.produce(topic, [(r.partition, r.value) for r in records])
             produced.extend(records)
-            if wave == 0:
-                time.sleep(8)
-                compactor_thread.start()
             time.sleep(6)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and read_delta(table).num_rows < len(produced):
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and (not (table / "_delta_log").exists()
+                                               or read_delta(table).num_rows < len(produced)):  # fmt: skip
             time.sleep(1)
         time.sleep(3)
     finally:
-        compactor.request_stop()
-        if compactor_thread.is_alive():
-            compactor_thread.join(timeout=300)
+        for c in compactor:
+            c.request_stop()
         stream.request_stop()
-        stream_thread.join(timeout=120)
+        stream_thread.join(timeout=300)
+        time.sleep(1)
     errors = [c for c in compactions if isinstance(c, Exception)]
     assert not errors, errors
     assert kr.table_rows(read_delta(table)) == kr.expected_rows(produced)
     committed = [c for c in compactions if c.result == "committed"]
     assert committed, "the compactor committed nothing while the stream ran"
-    stream_files = sum(1 for v in range(DeltaTable(str(table)).version() + 1)
-                       for e in log_entries(table, v) if "add" in e and e["add"]["dataChange"])  # fmt: skip
-    assert len(DeltaTable(str(table)).file_uris()) < stream_files
     assert all(c.scanned_after <= c.scanned_before for c in committed)
