@@ -4,6 +4,6 @@ The composition root of the project: it wires configuration, storage and the com
 (``stream``, ``compaction``, ``index``) together; the shared package never imports it.
 """
 
-from lakecluster.cli.main import main
+from lakecluster.cli.main import entry, main
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from lakecluster import storage
 from lakecluster.cli import commands
@@ -44,9 +46,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set table.path=/data/t (repeatable)")  # fmt: skip
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--output", "-o", default="text", choices=["text", "json"], help="format of results")
     p.add_argument("--debug", action="store_true", help="show the full trace of a failure")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _output_options(p)
+    p.set_defaults(output="text")
+    sub = _with_output_options(p.add_subparsers(dest="command", metavar="COMMAND"))
 
     s = sub.add_parser("stream", help="ingest from the source into the Delta table (runs until stopped)")
     s.add_argument("--available-now", action="store_true", help="process everything available at start, then exit")
@@ -71,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--k", type=int, help="number of boundaries (default sketches.boundaries)")
 
     i = sub.add_parser("index", help="the column-stats index: sync, rebuild, show (docs/index.md)")
-    isub = i.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+    isub = _with_output_options(i.add_subparsers(dest="index_command", metavar="ACTION", required=True))
     isub.add_parser("sync", help="apply the commits since the index's version (rebuilds when it must)")
     isub.add_parser("rebuild", help="build the index from the Delta log from scratch")
     show = isub.add_parser("show", help="the index's version, files, and one column's stats")
@@ -82,6 +85,27 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--where", required=True, help="e.g. \"s_city = 'UNITED KI1' AND d_year >= 1995\"")
     e.add_argument("--no-sync", action="store_true", help="fail instead of syncing a stale index first")
     return p
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """``--output text|json`` and ``--json``, accepted before or after the subcommand."""
+    p.add_argument("--output", "-o", choices=["text", "json"], default=argparse.SUPPRESS,
+                   help="format of results (default text)")  # fmt: skip
+    p.add_argument("--json", dest="output", action="store_const", const="json", default=argparse.SUPPRESS,
+                   help="same as --output json")  # fmt: skip
+
+
+def _with_output_options(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """Subparsers whose every parser takes the output options."""
+    add_parser = sub.add_parser
+
+    def add(name: str, **kwargs: object) -> argparse.ArgumentParser:
+        parser = add_parser(name, **kwargs)  # type: ignore[arg-type]
+        _output_options(parser)
+        return parser
+
+    sub.add_parser = add  # type: ignore[method-assign]
+    return sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,6 +136,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         return _fail(args, e, f"unexpected {type(e).__name__}: {_first_line(str(e))} (run with --debug for the trace)",
                      1)  # fmt: skip
+
+
+def entry() -> NoReturn:
+    """The ``lakecluster`` executable: run :func:`main`, then leave without finalising the interpreter.
+
+    Everything the process owns is closed by then (the session stopped, files written, the JVM
+    exits on its own when its stdin closes). Finalisation would only add seconds and nanobind's
+    report about datasketches objects still referenced at shutdown to stderr.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        code = 141
+    logging.shutdown()
+    os._exit(code)
 
 
 def _fail(args: argparse.Namespace, error: BaseException, message: str, status: int) -> int:

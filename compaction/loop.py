@@ -73,7 +73,7 @@ class Compactor:
         self._stop = threading.Event()
         self._busy = threading.Event()
         self._job_group: str | None = None
-        self.last_vacuum = 0.0
+        self.last_vacuum: float | None = None  # the first round vacuums
 
     @property
     def spark(self) -> SparkSession:
@@ -267,10 +267,10 @@ class Compactor:
 
     def maybe_vacuum(self) -> None:
         interval = self.config.vacuum.interval_s
-        if interval <= 0 or time.monotonic() - self.last_vacuum < interval:
+        if interval <= 0 or (self.last_vacuum is not None and time.monotonic() - self.last_vacuum < interval):
             return
-        self.last_vacuum = time.monotonic()
         vacuum_all(self.spark, self.config)
+        self.last_vacuum = time.monotonic()  # after success: a failed vacuum is retried with the round
 
     def run_forever(self) -> None:
         """Rounds every ``compaction.interval_s`` until stopped; raises FatalServiceError for good."""

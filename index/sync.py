@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.spec import IndexSpec, table_columns
 from lakecluster.index.stats import from_add_actions, from_log_actions, partition_keys, scan_nan_counts, tombstones
 from lakecluster.index.store import IndexFilesMissing, IndexStore, Manifest
 from lakecluster.parquet_files import filesystem
+from lakecluster.table import open_table
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def store_for(spec: IndexSpec) -> IndexStore:
 def rebuild(spec: IndexSpec, reason: str = "requested") -> SyncResult:
     """Build the index from scratch from the table's current snapshot."""
     started = time.monotonic()
-    table = DeltaTable(spec.table_uri)
+    table = open_table(spec.table_uri)
     columns = table_columns(pa.schema(table.schema().to_arrow()))
     partition_by = list(table.metadata().partition_columns)
     indexed = spec.indexed(columns, partition_by)

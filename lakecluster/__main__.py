@@ -1,5 +1,3 @@
-import sys
+from lakecluster.cli import entry
 
-from lakecluster.cli import main
-
-sys.exit(main())
+entry()

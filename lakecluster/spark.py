@@ -55,6 +55,8 @@ def session_conf(config: SparkConfig, storage: StorageConfig, *, s3: bool) -> di
     """Every setting the session is built with: ours, storage access, then the user's."""
     jar_files = jars.spark_jars(s3=s3, cache_dir=jars.cache_dir(config.jars_cache))
     java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -Dlakecluster.jvm.log.level={config.log_level}"
+    if config.java_options:
+        java_options = f"{java_options} {config.java_options}"
     conf = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jar_files),
             "spark.driver.extraJavaOptions": java_options, "spark.executor.extraJavaOptions": java_options}
     if s3:

@@ -61,6 +61,16 @@ class _StopRequested(Exception):
     """Raised into a micro-batch that would start after a stop was requested (it is replayed)."""
 
 
+class _QuietStopRequested(logging.Filter):
+    """py4j logs every exception of a Python callback with its trace; a requested stop is no error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _StopRequested))
+
+
+logging.getLogger("py4j.clientserver").addFilter(_QuietStopRequested())
+
+
 def quarantine_spec(config: Config) -> TableSpec:
     return TableSpec(config.table.resolved_quarantine_path, QUARANTINE_SCHEMA, QUARANTINE_DDL)
 

@@ -189,6 +189,7 @@ class StreamSink:
         before = self.table.version()
         (rows.select(*[c.name for c in self.config.table.columns]).write.format("delta").mode("append")
          .option("txnAppId", self.start.stream_id).option("txnVersion", txn).option("userMetadata", meta)
+         .option("maxRecordsPerFile", self.config.stream.max_records_per_file)
          .save(self.spec.uri))  # fmt: skip
         self.table.update_incremental()
         if self.table.version() == before:

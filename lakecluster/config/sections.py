@@ -96,6 +96,8 @@ class StreamConfig:
     id: str | None = None
     progress: bool = True
     cluster_on_write: bool = True
+    # Spark's writer cuts a file after this many records; 0: one file per task and table partition.
+    max_records_per_file: int = 0
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,8 @@ class SparkConfig:
     jars_cache: str | None = None
     # The JVM's own console logging; "fatal" keeps handled failures to lakecluster's one-line messages.
     log_level: Literal["off", "fatal", "error", "warn", "info", "debug"] = "fatal"
+    # Extra JVM options of the driver (and executors), after lakecluster's own.
+    java_options: str = ""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ def validate(config: Config) -> None:
     s = config.stream
     if s.trigger_interval_s < 0:
         raise ConfigError("stream.trigger_interval_s", "must be >= 0")
+    if s.max_records_per_file < 0:
+        raise ConfigError("stream.max_records_per_file", "must be >= 0 (0: no limit)")
     if s.id is not None and not _STREAM_ID.match(s.id):
         raise ConfigError("stream.id", f"1-100 characters of letters, digits and _.:- ; got {s.id!r}")
 

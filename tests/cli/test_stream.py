@@ -44,7 +44,7 @@ STOPS: dict[str, Callable[[subprocess.Popen[str]], None]] = {
 @pytest.mark.parametrize("stop", list(STOPS))
 def test_stream_with_defaults_runs_the_generator_and_a_stop_signal_stops_cleanly(tmp_path: Path, stop: str) -> None:
     proc = subprocess.Popen(
-        lakecluster_cmd("--set", "source.generator.rows_per_second=20000", "--set", "stream.trigger_interval_s=1",
+        lakecluster_cmd("--set", "source.generator.rows_per_second=2000", "--set", "stream.trigger_interval_s=1",
                         "--set", f"metrics.port={free_port()}", "stream"),
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=subprocess_env(),
         start_new_session=True,

@@ -193,20 +193,16 @@ def test_a_commit_whose_answer_is_lost_is_resolved_from_the_log(spark, tmp_path:
     assert row_multiset(read_delta(table)) == row_multiset(before)
 
 
-def stream_in_subprocess(table: Path) -> list[str]:
-    """Fill ``table`` (unpartitioned: one group per round) with 9,000 generator rows by a
-    `lakecluster stream` process; returns its CLI args."""
-    args = [f"--set=table.path={table}", "--set=table.partition_by=[]", *[f"--set={k}={v}" for k, v in SMALL.items()]]
-    command = lakecluster_cmd(*args, "--set=source.generator.max_rows=9000",
-                              "--set=source.generator.max_rows_per_trigger=3000", "stream", "--available-now")
-    done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return args
+def filled_for_subprocesses(spark, table: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    """Fill ``table`` (unpartitioned: one group per round) with 9,000 generator rows in 3 commits,
+    in this process; returns the CLI args of compactors that work on it."""
+    fill(spark, generator_config(table, rows=9_000, per_batch=3_000, **{"table.partition_by": "[]"}))
+    return [f"--set=table.path={table}", "--set=table.partition_by=[]", *[f"--set={k}={v}" for k, v in SMALL.items()]]
 
 
-def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(tmp_path: Path) -> None:
+def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    args = stream_in_subprocess(table)
+    args = filled_for_subprocesses(spark, table)
     before = read_delta(table)
     procs = [subprocess.Popen(lakecluster_cmd(*args, "compact", "--once"), env=subprocess_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
@@ -218,9 +214,9 @@ def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(tmp_p
     assert duckdb_connection().execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone() == (9_000,)
 
 
-def test_compactor_killed_before_commit_leaves_the_table_intact_and_its_files_to_vacuum(tmp_path: Path) -> None:
+def test_compactor_killed_before_commit_leaves_the_table_intact_and_its_files_to_vacuum(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    args = stream_in_subprocess(table)
+    args = filled_for_subprocesses(spark, table)
     before = read_delta(table)
     version = DeltaTable(str(table)).version()
     crashed = subprocess.run(lakecluster_cmd(*args, "compact", "--once"), capture_output=True,

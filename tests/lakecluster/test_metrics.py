@@ -29,7 +29,7 @@ def log_actions(table: Path) -> tuple[list[list[dict]], list[list[dict]]]:
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if not any("add" in a or "remove" in a for a in actions):
             continue
-        if info.get("lakecluster.operation") == "compaction":
+        if info.get("operation") == "OPTIMIZE":
             compaction.append(actions)
         else:
             stream.append(actions)
@@ -75,8 +75,8 @@ def test_prometheus_scrapes_run_and_the_counters_match_the_delta_log(prometheus:
 
         removed = [a["remove"] for c in compaction for a in c if "remove" in a]
         # Spark's checkpoint lists every micro-batch it ran, the empty first one included.
-        spark_batches = [p for p in (table / "_lakecluster" / "checkpoint" / "commits").iterdir()
-                         if p.name.isdigit()]  # fmt: skip
+        (commits,) = table.glob("_lakecluster/streams/*/checkpoint/commits")
+        spark_batches = [p for p in commits.iterdir() if p.name.isdigit()]
         assert prometheus.value("lakecluster_stream_batches_total") == len(spark_batches) >= len(stream)
         assert prometheus.value("lakecluster_stream_files_total") == len(adds(stream))
         assert prometheus.value("lakecluster_stream_quarantined_total") == 0

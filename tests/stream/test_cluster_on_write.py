@@ -31,7 +31,7 @@ def test_files_cut_from_a_sorted_batch_are_narrower(spark, tmp_path: Path) -> No
     for on in (False, True):
         table = tmp_path / f"t_{on}"
         config = load_config(overrides={
-            "table.path": str(table), "table.partition_by": "[]", "table.target_file_rows": "500",
+            "table.path": str(table), "table.partition_by": "[]", "stream.max_records_per_file": "500",
             "source.generator.max_rows": "12000", "source.generator.max_rows_per_trigger": "4000",
             "source.generator.partitions": "1", "stream.cluster_on_write": str(on).lower(),
             "stream.progress": "false", "stream.trigger_interval_s": "0", "metrics.port": "0",
@@ -39,7 +39,8 @@ def test_files_cut_from_a_sorted_batch_are_narrower(spark, tmp_path: Path) -> No
         StreamJob(config, spark=spark, available_now=True).run()
         assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 12_000
         depth[on] = _depth(table)
-    # Unsorted, each of the 16 files spans every value: depth 16. Cut from a Hilbert order, the
-    # 8 files of a batch each cover about half of every column's range (8 = 2^3 sub-cubes): ~8.
-    assert depth[False] > 15
-    assert depth[True] < 0.7 * depth[False], depth
+    # Unsorted, each of the 24 files spans every value: depth ~24. Sorted, each of the batch's two
+    # write tasks cuts 4 files from its half of the batch in curve order; a file covers about half
+    # of the range of two of the three columns: ~16.
+    assert depth[False] > 22
+    assert depth[True] < 0.8 * depth[False], depth

@@ -171,27 +171,41 @@ def test_offsets_gone_from_the_broker_stop_the_stream_with_a_non_zero_exit(kafka
     assert "Traceback" not in lost.stderr and "\tat org.apache" not in lost.stderr, lost.stderr[-3000:]
 
 
+def _live_files(table: Path) -> list[str]:
+    try:
+        return DeltaTable(str(table)).get_add_actions(flatten=True).column("path").to_pylist()
+    except Exception:  # no table yet
+        return []
+
+
 def test_run_exits_non_zero_when_its_compactor_is_dead_for_good(tmp_path: Path) -> None:
     table = tmp_path / "t"
     args = [f"--set=table.path={table}", "--set=table.partition_by=[]", "--set=metrics.port=0",
-            "--set=stream.trigger_interval_s=1", "--set=source.generator.rows_per_second=3000",
+            "--set=stream.trigger_interval_s=1", "--set=source.generator.rows_per_second=1000",
             "--set=compaction.interval_s=2", "--set=compaction.min_input_files=2",
             "--set=compaction.target_file_bytes=100000", "--set=compaction.min_file_bytes=50000",
-            "--set=retry.initial_backoff_s=0.5", "--set=retry.max_backoff_s=2", "--set=retry.give_up_after_s=15",
+            "--set=retry.initial_backoff_s=0.5", "--set=retry.max_backoff_s=2", "--set=retry.give_up_after_s=5",
             "--set=stream.progress=true"]  # fmt: skip
     proc = subprocess.Popen(lakecluster_cmd(*args, "run"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=subprocess_env(), start_new_session=True)  # fmt: skip
     try:
         try:
-            _wait("the stream's first files", lambda: len(list(table.glob("part-*.parquet"))) >= 2, 400)
+            _wait("the stream's first committed files", lambda: len(_live_files(table)) >= 2, 400)
         except AssertionError:
             proc.kill()
             out, err = proc.communicate()
             raise AssertionError(out[-2000:] + err[-3000:]) from None
-        # A data file turns to garbage (a bad disk, a broken writer): every rewrite reading it fails.
-        victim = sorted(table.glob("part-*.parquet"))[0]
-        victim.write_bytes(b"not parquet at all" * 100)
-        out, err = proc.communicate(timeout=400)
+        # The stream's files turn to garbage as they land (a bad disk, a broken writer): every
+        # rewrite reading them fails, and no retry can help.
+        corrupted: set[str] = set()
+        deadline = time.monotonic() + 400
+        while proc.poll() is None and time.monotonic() < deadline:
+            for path in set(_live_files(table)) - corrupted:
+                if not path.startswith("part-g"):  # the compactor's own outputs stay readable
+                    (table / path).write_bytes(b"not parquet at all" * 100)
+                    corrupted.add(path)
+            time.sleep(0.5)
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
