@@ -3,6 +3,7 @@ writes depend on. Components register their own data sources; nothing here knows
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -80,9 +81,51 @@ def get_session(
     builder = SparkSession.builder.master(config.master).appName(app_name)
     for key, value in {**session_conf(config, storage or StorageConfig(), s3=s3), **(extra or {})}.items():
         builder = builder.config(key, value)
-    spark = _start_outside_signals(builder.getOrCreate)
+    loud = config.log_level in ("warn", "info", "debug")
+    spark = _start_outside_signals(lambda: _with_jvm_console(builder.getOrCreate, shown=loud))
     spark.sparkContext.setLogLevel(config.log_level.upper())
     return spark
+
+
+def _with_jvm_console(start: Callable[[], SparkSession], *, shown: bool) -> SparkSession:
+    """Start the JVM with its stderr on a pipe that a thread drains into the ``lakecluster.jvm`` log.
+
+    Besides log4j (configured by ``spark.log_level``), the JVM and the Python workers it starts
+    write to the console on their own: launcher notices, uncaught exceptions of JVM threads,
+    worker tracebacks. Every failure that matters also reaches lakecluster as an exception and is
+    reported once, as one line; the console copies would be raw traces. They go to the log at
+    WARNING when ``spark.log_level`` is warn or more verbose (``--debug``), else at DEBUG.
+    """
+    if SparkSession.getActiveSession() is not None or not _stderr_is_a_file_descriptor():
+        return start()
+    read_end, write_end = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write_end, 2)  # the JVM (and whatever it starts) inherits this stderr
+    try:
+        return start()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_end)
+        threading.Thread(target=_drain, args=(read_end, logging.WARNING if shown else logging.DEBUG),
+                         name="lakecluster-jvm-console", daemon=True).start()  # fmt: skip
+
+
+def _stderr_is_a_file_descriptor() -> bool:
+    try:
+        os.fstat(2)
+    except OSError:
+        return False
+    return True
+
+
+def _drain(fd: int, level: int) -> None:
+    log = logging.getLogger("lakecluster.jvm")
+    with os.fdopen(fd, "rb") as pipe:
+        for raw in pipe:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                log.log(level, "%s", line)
 
 
 def _start_outside_signals(start: Callable[[], SparkSession]) -> SparkSession:

@@ -62,10 +62,16 @@ class _StopRequested(Exception):
 
 
 class _QuietStopRequested(logging.Filter):
-    """py4j logs every exception of a Python callback with its trace; a requested stop is no error."""
+    """py4j logs every exception of a Python callback (the micro-batch) with its trace. A failed
+    batch fails the query, and the service reports it once, as one line; a requested stop is no
+    failure at all. The trace stays visible at DEBUG (``--log-level DEBUG``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], _StopRequested))
+        if record.exc_info and isinstance(record.exc_info[1], _StopRequested):
+            return False
+        if record.getMessage().startswith("There was an exception while executing the Python Proxy"):
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
 
 
 logging.getLogger("py4j.clientserver").addFilter(_QuietStopRequested())

@@ -78,8 +78,7 @@ def spark():  # type: ignore[no-untyped-def]
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
 
-    session = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"},
-                                      java_options=TEST_JAVA_OPTIONS))  # fmt: skip
+    session = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
     yield session
     session.stop()
 
@@ -108,14 +107,8 @@ def lakecluster_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "lakecluster", *args]
 
 
-# Test runs are short: the C1 compiler alone reaches steady state sooner than C1 + C2 (~20% less
-# wall time per `lakecluster` process on 2 cores), and the serial collector starts faster.
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKECLUSTER_")}
-    env["LAKECLUSTER_SPARK__JAVA_OPTIONS"] = f'"{TEST_JAVA_OPTIONS}"'
     env.update(extra)
     return env
 

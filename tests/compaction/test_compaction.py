@@ -291,3 +291,30 @@ def test_stream_and_compactor_side_by_side_on_kafka(spark, kafka: KafkaBroker, t
     committed = [c for c in compactions if c.result == "committed"]
     assert committed, "the compactor committed nothing while the stream ran"
     assert all(c.scanned_after <= c.scanned_before for c in committed)
+
+
+def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    settings = {"table.partition_by": "[]", "compaction.stop_timeout_s": "0.5",
+                "compaction.target_file_bytes": "1000000", "compaction.min_file_bytes": "3000000"}  # fmt: skip
+    config = generator_config(table, rows=60_000, per_batch=15_000, **settings)
+    fill(spark, config)
+    before = read_delta(table)
+    version = DeltaTable(str(table)).version()
+    compactor = Compactor(config, spark=spark)
+    results: list = []  # type: ignore[type-arg]
+    worker = threading.Thread(target=lambda: results.extend(compactor.run_once()))
+    worker.start()
+    assert compactor._busy.wait(120), "the rewrite never started"
+    stopped_at = time.monotonic()
+    compactor.request_stop()
+    worker.join(60)
+    took = time.monotonic() - stopped_at
+    assert not worker.is_alive()
+    assert [r.result for r in results] == ["abandoned"], results
+    assert took < 0.5 + 10, f"stopping took {took:.1f}s"
+    assert DeltaTable(str(table)).version() == version, "an abandoned rewrite commits nothing"
+    assert row_multiset(read_delta(table)) == row_multiset(before)
+    # Later rounds (here: a new compactor) still compact the table.
+    assert [r.result for r in Compactor(config, spark=spark).run_once()] == ["committed"]
+    assert row_multiset(read_delta(table)) == row_multiset(before)
