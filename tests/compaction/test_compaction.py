@@ -296,7 +296,7 @@ def test_stream_and_compactor_side_by_side_on_kafka(spark, kafka: KafkaBroker, t
 def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     settings = {"table.partition_by": "[]", "compaction.stop_timeout_s": "0.5",
-                "compaction.target_file_bytes": "1000000", "compaction.min_file_bytes": "3000000"}  # fmt: skip
+                "compaction.target_file_bytes": "3000000", "compaction.min_file_bytes": "3000000"}  # fmt: skip
     config = generator_config(table, rows=60_000, per_batch=15_000, **settings)
     fill(spark, config)
     before = read_delta(table)
