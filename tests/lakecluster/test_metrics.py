@@ -36,7 +36,7 @@ def log_actions(table: Path) -> tuple[list[list[dict]], list[list[dict]]]:
     return stream, compaction
 
 
-def wait_until_settled(prom: Prometheus, table: Path, timeout_s: float = 300) -> None:
+def wait_until_settled(prom: Prometheus, table: Path, timeout_s: float = 600) -> None:
     """All rows in, nothing left to compact, and Prometheus has scraped the final table version."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
