@@ -8,8 +8,9 @@ most of the run producing). Then ``lakecluster run`` starts with the default set
 broker, the topic and the table named, against the whole backlog at once, and runs until every
 record is in the table and the compactor has had nothing to commit for ``--idle-s`` seconds.
 
-Every half second the resident memory (RSS) of every process of the run is read from /proc: the
-Python driver, its JVM, Spark's Python workers. The table printed (and written to the "Memory"
+Every half second the memory of every process of the run is read from /proc (PSS, which splits
+shared pages among the processes sharing them, and RSS): the Python driver, its JVM, Spark's
+Python workers. The table printed (and written to the "Memory"
 section of docs/benchmarks.md) has the peak of their sum, the peak per kind of process, the
 broker's own peak beside it, and what the defaults bounded: records per micro-batch and bytes per
 compaction group, read back from the Delta log.
@@ -35,7 +36,6 @@ sys.path.insert(0, str(REPO))
 from bench.ingest import write_section  # noqa: E402
 from tests.services.kafka import KafkaBroker  # noqa: E402 - the launcher the tests use
 
-PAGE = os.sysconf("SC_PAGE_SIZE")
 GIB = 1024**3
 
 
@@ -83,11 +83,14 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-def _rss(pid: int) -> int:
+def _memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes. PSS divides pages shared between processes (Spark's forked Python
+    workers share most of theirs) among them, so PSS adds up to what the processes use together."""
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
+        return int(fields["Rss"].split()[0]) * 1024, int(fields["Pss"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return 0, 0
 
 
 def _kind(pid: int) -> str:
@@ -104,10 +107,11 @@ def _kind(pid: int) -> str:
 
 @dataclass
 class Sampler:
-    """Peak RSS of a process tree: of the sum, and per kind of process."""
+    """Peak memory of a process tree: of the sum of PSS (and of RSS), and PSS per kind of process."""
 
     root: int
-    peak_total: int = 0
+    peak_total: int = 0  # PSS
+    peak_rss_total: int = 0
     peak_by_kind: dict[str, int] = field(default_factory=dict)
     samples: list[tuple[float, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -120,11 +124,15 @@ class Sampler:
                 pids.extend(tree.get(pids[i], []))
                 i += 1
             by_kind: dict[str, int] = {}
+            rss_total = 0
             for pid in pids:
                 kind = _kind(pid)
-                by_kind[kind] = by_kind.get(kind, 0) + _rss(pid)
+                rss, pss = _memory(pid)
+                by_kind[kind] = by_kind.get(kind, 0) + pss
+                rss_total += rss
             total = sum(by_kind.values())
             self.peak_total = max(self.peak_total, total)
+            self.peak_rss_total = max(self.peak_rss_total, rss_total)
             for kind, value in by_kind.items():
                 self.peak_by_kind[kind] = max(self.peak_by_kind.get(kind, 0), value)
             self.samples.append((time.monotonic() - start, total))
@@ -206,7 +214,7 @@ def main() -> None:
             if rows >= args.records and ingested_at is None:
                 ingested_at = time.monotonic() - start
             print(f"{time.monotonic() - start:7.0f} s  rows {rows:,}  version {version}  "
-                  f"rss {sampler.peak_total / GIB:.2f} GiB peak", flush=True)  # fmt: skip
+                  f"pss {sampler.peak_total / GIB:.2f} GiB peak", flush=True)  # fmt: skip
             if rows >= args.records and time.monotonic() - last_change >= args.idle_s:
                 break
         else:
@@ -220,7 +228,8 @@ def main() -> None:
         broker_sampler.stop()
         broker.stop()
     summary = log_summary(table)
-    print(json.dumps({"peak_total": sampler.peak_total, "by_kind": sampler.peak_by_kind,
+    print(json.dumps({"peak_total": sampler.peak_total, "peak_rss_total": sampler.peak_rss_total,
+                      "by_kind": sampler.peak_by_kind,
                       "broker": broker_sampler.peak_total, **summary}))  # fmt: skip
     report(args, sampler, broker_sampler, summary, rows, ingested_at or 0.0, elapsed, exit_code)
 
@@ -234,11 +243,13 @@ def report(args, sampler: Sampler, broker: Sampler, summary: dict[str, int], row
         "## Memory: a backlog of records ingested and compacted with the default settings\n\n"
         f"`{command}` — {args.records:,} SSB-like JSON records waiting in {args.partitions} partitions of a local "
         "Apache Kafka topic; `lakecluster run` (stream and compactor in one process, Spark local[2], every "
-        "setting at its default) reads the whole backlog, 2 cores. RSS sampled every 0.5 s from /proc for every "
+        "setting at its default) reads the whole backlog, 2 cores. Memory sampled every 0.5 s from /proc for every "
         "process of the run.\n\n"
-        "| processes of `lakecluster run` | peak RSS (GiB) |\n|---|---:|\n"
+        "| processes of `lakecluster run` | peak PSS (GiB) |\n|---|---:|\n"
         + "\n".join(lines)
         + f"\n| **all together (peak of the sum)** | **{sampler.peak_total / GIB:.2f}** |\n"
+        f"| all together, RSS (counts pages the Python workers share once per worker) | "
+        f"{sampler.peak_rss_total / GIB:.2f} |\n"
         f"| the Kafka broker (not part of the run) | {broker.peak_total / GIB:.2f} |\n\n"
         f"Goal: under 4 GiB for the run. Rows in the table at the end: {rows:,}; all in after "
         f"{ingested_s:.0f} s, compaction done after {elapsed_s:.0f} s; `run` exited {exit_code} on SIGTERM. "

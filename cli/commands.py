@@ -6,7 +6,6 @@ starts. ``config`` does not look at the table at all. Everything that can be che
 from __future__ import annotations
 
 import argparse
-import threading
 from typing import Any
 
 from lakecluster import metrics
@@ -82,41 +81,26 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     Either one failing for good stops the other and the process exits non-zero.
     """
-    from lakecluster.compaction.loop import Compactor
+    from lakecluster.compaction.loop import BackgroundCompactor
     from lakecluster.spark import get_session
     from lakecluster.stream.job import StreamJob, install_signal_handlers, preflight, progress_printer
 
     _serve_metrics(config)
     preflight(config)  # an unwritable location, a schema mismatch, no broker: before Spark starts
     spark = get_session(config.spark, config.storage, s3=config.uses_s3)
-    failure: list[BaseException] = []
-    compactor: list[Compactor] = []
     job = StreamJob(config, spark=spark, max_batches=args.max_batches,
                     on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
-
-    def compact_forever() -> None:
-        try:
-            c = Compactor(config, spark=spark)
-            compactor.append(c)
-            c.run_forever()
-        except BaseException as e:
-            failure.append(e)
-            job.request_stop()
-
-    worker = threading.Thread(target=compact_forever, name="lakecluster-compactor", daemon=True)
-    job.on_started = worker.start
+    compactor = BackgroundCompactor(config, spark, on_failure=lambda _: job.request_stop())
+    job.on_started = compactor.start
     install_signal_handlers(job)
     print(f"lakecluster run: {config.source.kind} -> {config.table.path}, compacting every "
           f"{config.compaction.interval_s:g}s (Ctrl-C stops both)", flush=True)  # fmt: skip
     try:
         reports = job.run()
     finally:
-        for c in compactor:
-            c.request_stop()
-        if worker.is_alive():
-            worker.join()
-    if failure:
-        error = failure[0]
+        compactor.stop()
+    if compactor.failure is not None:
+        error = compactor.failure
         if isinstance(error, LakeclusterError):
             raise FatalServiceError(f"the compactor stopped: {error}")
         raise FatalServiceError(f"the compactor stopped: {type(error).__name__}: {error}")

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.errors import CompactionConflictError, FatalServiceError, LakeclusterError, NoBoundariesError
-from lakecluster.faults import crash_point
+from lakecluster.faults import crash_point, pause_point
 from lakecluster.index.ranges import clustering_ranges
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync as sync_index
@@ -193,6 +194,7 @@ class Compactor:
             metrics.COMPACTION_GROUPS.labels("abandoned").inc()
             return GroupResult(group, "abandoned", 0, 0, time.monotonic() - started, None, 0.0, 0.0, "stopped")
         crash_point("compaction_before_commit")
+        pause_point("compaction_before_commit")
         self.table.update_incremental()
         before = self._scanned(self.ranges(), [f.path for f in group.files], sketches)
         meta = {
@@ -300,6 +302,46 @@ class Compactor:
                 wait = delay
             if self._stop.wait(wait):
                 break
+
+
+class BackgroundCompactor:
+    """A compactor's ``run_forever`` on a thread beside another service (``lakecluster run``).
+
+    ``failure`` keeps what ended it, if anything did; ``on_failure`` is called with it from the
+    compactor's thread (``run`` stops the stream then).
+    """
+
+    def __init__(self, config: Config, spark: SparkSession | None = None,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:  # fmt: skip
+        self.config = config
+        self.spark = spark
+        self.on_failure = on_failure
+        self.failure: BaseException | None = None
+        self._compactor: Compactor | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lakecluster-compactor", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._compactor = Compactor(self.config, spark=self.spark)
+            if self._stop.is_set():
+                return
+            self._compactor.run_forever()
+        except BaseException as e:
+            self.failure = e
+            if self.on_failure is not None:
+                self.on_failure(e)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Ask the compactor to stop (a rewrite in progress is abandoned) and wait for its thread."""
+        self._stop.set()
+        if self._compactor is not None:
+            self._compactor.request_stop()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
 
 
 def describe_plan(the_plan: Plan, target_file_bytes: int) -> str:

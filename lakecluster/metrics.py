@@ -36,8 +36,6 @@ COMPACTION_BYTES_OUT = Counter("lakecluster_compaction_bytes_written_total", "By
                                registry=REGISTRY)  # fmt: skip
 COMPACTION_GROUP_SECONDS = Histogram("lakecluster_compaction_group_seconds", "Wall time of one group rewrite",
                                      registry=REGISTRY, buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 900))  # fmt: skip
-COMPACTION_LEFTOVERS = Counter("lakecluster_compaction_leftover_files_deleted_total",
-                               "Unreferenced files of abandoned rewrites deleted", registry=REGISTRY)  # fmt: skip
 
 TABLE_VERSION = Gauge("lakecluster_table_version", "Delta version last seen", registry=REGISTRY)
 TABLE_FILES = Gauge("lakecluster_table_files", "Live data files", registry=REGISTRY)
@@ -45,6 +43,12 @@ TABLE_BYTES = Gauge("lakecluster_table_bytes", "Bytes of live data files", regis
 FILES_SCANNED = Gauge("lakecluster_point_query_files_estimate",
                       "Expected files a point query on the column reads (clustering depth)", ["column"],
                       registry=REGISTRY)  # fmt: skip
+STREAM_SOURCE_WAITS = Counter("lakecluster_stream_source_waits_total",
+                              "Episodes of a micro-batch waiting longer than stream.source_wait_warning_s for the "
+                              "source's offsets (brokers unreachable)", registry=REGISTRY)  # fmt: skip
+STREAM_WAITING = Gauge("lakecluster_stream_waiting_for_source",
+                       "1 while a micro-batch has waited longer than stream.source_wait_warning_s for the source",
+                       registry=REGISTRY)  # fmt: skip
 SERVICE_FAILURES = Counter("lakecluster_service_failures_total",
                            "Faults of a service by kind (transient, fatal, unknown)", ["service", "kind"],
                            registry=REGISTRY)  # fmt: skip

@@ -88,31 +88,38 @@ def get_session(
 
 
 def _with_jvm_console(start: Callable[[], SparkSession], *, shown: bool) -> SparkSession:
-    """Start the JVM with its stderr on a pipe that a thread drains into the ``lakecluster.jvm`` log.
+    """Start the JVM with its stdout and stderr on a pipe that a thread drains into the
+    ``lakecluster.jvm`` log.
 
     Besides log4j (configured by ``spark.log_level``), the JVM and the Python workers it starts
     write to the console on their own: launcher notices, uncaught exceptions of JVM threads,
-    worker tracebacks. Every failure that matters also reaches lakecluster as an exception and is
-    reported once, as one line; the console copies would be raw traces. They go to the log at
-    WARNING when ``spark.log_level`` is warn or more verbose (``--debug``), else at DEBUG.
+    worker tracebacks, Delta's console notes (VACUUM's "Deleted N files"). Every failure that
+    matters also reaches lakecluster as an exception and is reported once, as one line; what
+    lakecluster prints (and ``--json`` output above all) is its own. The JVM's lines go to the log
+    at WARNING when ``spark.log_level`` is warn or more verbose (``--debug``), else at DEBUG.
     """
-    if SparkSession.getActiveSession() is not None or not _stderr_is_a_file_descriptor():
+    if SparkSession.getActiveSession() is not None or not _console_is_file_descriptors():
         return start()
+    sys.stdout.flush()  # what Python has buffered belongs on the real stdout, not in the pipe
+    sys.stderr.flush()
     read_end, write_end = os.pipe()
-    saved = os.dup(2)
-    os.dup2(write_end, 2)  # the JVM (and whatever it starts) inherits this stderr
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    for fd in saved:
+        os.dup2(write_end, fd)  # the JVM (and whatever it starts) inherits these
     try:
         return start()
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
         os.close(write_end)
         threading.Thread(target=_drain, args=(read_end, logging.WARNING if shown else logging.DEBUG),
                          name="lakecluster-jvm-console", daemon=True).start()  # fmt: skip
 
 
-def _stderr_is_a_file_descriptor() -> bool:
+def _console_is_file_descriptors() -> bool:
     try:
+        os.fstat(1)
         os.fstat(2)
     except OSError:
         return False

@@ -246,6 +246,7 @@ class StreamJob:
 
     def _watch(self, query: StreamingQuery, lease: Lease) -> str | None:
         """Wait for the query to end; None when it ended by a stop or ran out of work, else the failure."""
+        source_wait = SourceWait(self.config.stream.source_wait_warning_s)
         try:
             while query.isActive:
                 if self._gate.stopping or lease.lost.is_set():
@@ -257,7 +258,9 @@ class StreamJob:
                     query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds; a float works
                 except Exception:
                     break
+                source_wait.observe(query)
         finally:
+            source_wait.end()
             if query.isActive:
                 self._gate.request_stop()
                 query.stop()
@@ -267,6 +270,47 @@ class StreamJob:
         if exc is None or self._gate.stopping:
             return None
         return _error_text(exc)
+
+
+class SourceWait:
+    """Reports a micro-batch stuck getting its source's offsets: Spark's Kafka source blocks while
+    the brokers are unreachable (and fails only after several minutes), so without this an outage
+    shows as nothing at all. Logged once per episode, counted, and a gauge is 1 meanwhile."""
+
+    def __init__(self, warning_s: float) -> None:
+        self.warning_s = warning_s
+        self.since: float | None = None
+        self.reported = False
+        self._next_look = 0.0
+
+    def observe(self, query: StreamingQuery) -> None:
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + 1.0
+        try:
+            status = query.status
+        except Exception as e:  # the query ended meanwhile: the loop sees it next
+            log.debug("no status from the query: %s", e)
+            return
+        waiting = bool(status.get("isTriggerActive")) and str(status.get("message", "")).startswith("Getting offsets")
+        if not waiting:
+            if self.reported:
+                log.warning("the stream's source answered again after %.0fs", now - (self.since or now))
+            self.end()
+            return
+        if self.since is None:
+            self.since = now
+        if not self.reported and now - self.since >= self.warning_s:
+            self.reported = True
+            metrics.STREAM_SOURCE_WAITS.inc()
+            metrics.STREAM_WAITING.set(1)
+            log.warning("the stream has waited %.0fs for its source (%s): are the brokers reachable?",
+                        now - self.since, status.get("message"))  # fmt: skip
+
+    def end(self) -> None:
+        self.since, self.reported = None, False
+        metrics.STREAM_WAITING.set(0)
 
 
 def _error_text(exc: Any) -> str:

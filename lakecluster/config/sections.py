@@ -98,6 +98,8 @@ class StreamConfig:
     cluster_on_write: bool = True
     # Spark's writer cuts a file after this many records; 0: one file per task and table partition.
     max_records_per_file: int = 0
+    # A micro-batch that waits this long for its source's offsets (broker unreachable) is reported.
+    source_wait_warning_s: float = 60.0
 
 
 @dataclass(frozen=True)

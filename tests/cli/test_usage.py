@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,14 +17,16 @@ def test_bare_command_prints_help_to_stderr_and_exits_2(capsys: pytest.CaptureFi
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith("usage: lakecluster")
-    assert all(name in err for name in COMMANDS)
+    listed = set(re.findall(r"^ {4}(\w+) ", err, re.M))  # the subcommand list of the help
+    assert listed == set(COMMANDS), listed
 
 
 def test_bare_command_as_a_process_prints_help_and_exits_2(tmp_path: Path) -> None:
     proc = run_cli(cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
-    assert proc.stderr.startswith("usage: lakecluster") and "stream" in proc.stderr and "explain" in proc.stderr
+    assert proc.stderr.startswith("usage: lakecluster")
+    assert set(re.findall(r"^ {4}(\w+) ", proc.stderr, re.M)) == set(COMMANDS)
     assert tree(tmp_path) == []
 
 

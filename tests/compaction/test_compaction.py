@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import threading
 import time
@@ -20,6 +21,7 @@ from lakecluster.config import Config, load_config
 from lakecluster.errors import CompactionConflictError, NoBoundariesError
 from lakecluster.layout import ClusteringLayout
 from lakecluster.stream.job import StreamJob
+from lakecluster.table import parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker
 from tests.stream import kafka_records as kr
@@ -179,16 +181,24 @@ def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, tmp_p
 
 
 def test_a_commit_whose_answer_is_lost_is_resolved_from_the_log(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
     table = tmp_path / "t"
     config = generator_config(table, rows=6_000, per_batch=3_000)
     fill(spark, config)
     before = read_delta(table)
     monkeypatch.setenv("LAKECLUSTER_TEST_FAIL_AT", "compaction_after_commit_call")
-    results = Compactor(config, spark=spark).run_once()
+    with caplog.at_level(logging.WARNING, logger="lakecluster.compaction.commit"):
+        results = Compactor(config, spark=spark).run_once()
     assert results and all(r.result == "committed" for r in results)
-    # Every output the log references exists: nothing live was deleted after the "failed" call.
+    # Every commit call "failed" after landing, and each was found in the log by its attempt id.
+    resolved = [r for r in caplog.records if "is in the log at version" in r.getMessage()]
+    assert len(resolved) == len(results), [r.getMessage() for r in caplog.records]
     dt = DeltaTable(str(table))
+    attempts = [parse_user_metadata(h.get("userMetadata"))["attempt"] for h in dt.history()
+                if h["operation"] == "OPTIMIZE"]  # fmt: skip
+    assert len(attempts) == len(set(attempts)) == len(results), "each rewrite is committed exactly once"
+    # Every output the log references exists: nothing live was deleted after the "failed" call.
     assert all((table / p).exists() for p in dt.get_add_actions(flatten=True).column("path").to_pylist())
     assert row_multiset(read_delta(table)) == row_multiset(before)
 
@@ -204,10 +214,14 @@ def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(spark
     table = tmp_path / "t"
     args = filled_for_subprocesses(spark, table)
     before = read_delta(table)
-    procs = [subprocess.Popen(lakecluster_cmd(*args, "compact", "--once"), env=subprocess_env(),
+    # Both plan from the same snapshot and hold each rewrite for 15 s before committing: they
+    # overlap for sure, and only one may win each group.
+    env = subprocess_env(LAKECLUSTER_TEST_PAUSE_AT="compaction_before_commit:15")
+    procs = [subprocess.Popen(lakecluster_cmd(*args, "compact", "--once"), env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
     outs = [p.communicate(timeout=600) for p in procs]
-    assert {p.returncode for p in procs} <= {0, 3}, outs  # 3: finished with conflicts
+    codes = [p.returncode for p in procs]
+    assert set(codes) <= {0, 3} and 3 in codes, outs  # 3: finished having lost a group to the other
     assert row_multiset(read_delta(table)) == row_multiset(before)
     removed = removed_paths(table)
     assert removed and len(removed) == len(set(removed)), "a file was rewritten by both compactors"
@@ -235,6 +249,7 @@ def test_compactor_killed_before_commit_leaves_the_table_intact_and_its_files_to
     swept = subprocess.run(lakecluster_cmd(*args, "vacuum", "--retention", "0", "--force"), capture_output=True,
                            env=subprocess_env(), text=True)  # fmt: skip
     assert swept.returncode == 0, swept.stderr[-2000:]
+    assert "directories in a total of" not in swept.stdout, "Delta's own console note reached the user's output"
     assert not [p for p in leftovers if p.exists()]
     assert row_multiset(read_delta(table)) == row_multiset(before)
 

@@ -6,6 +6,8 @@ test_string_summary.py.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -96,15 +98,44 @@ def test_store_writes_atomically_and_latest_wins(tmp_path) -> None:  # type: ign
     cols = (ColumnSpec("city", "string"), ColumnSpec("qty", "int"))
     store = SketchStore(str(tmp_path))
     state = load_or_empty(store, cols, k=64)
-    for version in range(1, 5):
-        state.merge({"city": _sketch_of("string", [f"c{version}"]), "qty": _sketch_of("numeric", [version])})
-        state.delta_version, state.stream_batch_id = version, version - 1
-        store.write(state, retain=2)
+    seen: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+    writing = threading.Event()
+    writing.set()
+
+    def read_while_writing() -> None:
+        reader = SketchStore(str(tmp_path))
+        while writing.is_set():
+            try:
+                got = reader.latest()
+            except BaseException as e:  # a half-written file would land here
+                errors.append(e)
+                return
+            if got is not None:
+                seen.append((got.delta_version, got.sketches["qty"].n))
+
+    thread = threading.Thread(target=read_while_writing)
+    thread.start()
+    try:
+        for version in range(1, 201):
+            state.merge({"city": _sketch_of("string", [f"c{version}"]), "qty": _sketch_of("numeric", [version])})
+            state.delta_version, state.stream_batch_id = version, version - 1
+            store.write(state)
+    finally:
+        writing.clear()
+        thread.join()
+    assert not errors, errors
+    assert len({v for v, _ in seen}) >= 2, "the reader should have seen the writer's progress"
+    assert all(n == v for v, n in seen), "a read saw a version whose content is not that version's"
+
+    state.merge({"city": _sketch_of("string", ["c999"]), "qty": _sketch_of("numeric", [999])})
+    state.delta_version, state.stream_batch_id = 201, 200
+    store.write(state, retain=2)
     files = sorted(p.name for p in (tmp_path / "_lakecluster" / "sketches").iterdir())
     assert len(files) == 2 and not any(f.startswith(".tmp") for f in files)
     latest = store.latest()
-    assert latest is not None and latest.delta_version == 4 and latest.stream_batch_id == 3
-    assert latest.sketches["qty"].n == 4 and latest.sketches["city"].quantiles([0.99]) == ["c4"]
+    assert latest is not None and latest.delta_version == 201 and latest.stream_batch_id == 200
+    assert latest.sketches["qty"].n == 201 and latest.sketches["city"].quantiles([0.999]) == ["c999"]
 
 
 def _sketch_of(kind: str, values: list) -> ColumnSketch:  # type: ignore[type-arg]

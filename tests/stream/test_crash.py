@@ -14,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster.config import load_config
+from lakecluster.sketch_store import SketchStore
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker as Broker
 from tests.stream import kafka_records as kr
@@ -77,6 +78,12 @@ def test_crash_and_restart_is_exactly_once(broker: Broker, tmp_path: Path, crash
     quarantine = read_delta(str(table) + "_quarantine").to_pylist()
     expected_bad = {(p, o) for p, o, r in kr.with_offsets(records) if r.reason}
     assert sorted((q["partition"], q["offset"]) for q in quarantine) == sorted(expected_bad)
+    # The sketches count every valid row once: a batch whose sketches the crash cut off
+    # (after_table_commit) is sketched on restart, and none is sketched twice.
+    sketches = SketchStore(str(table)).latest()
+    assert sketches is not None
+    city = sketches.sketches["city"]
+    assert city.n + city.nulls == len(kr.expected_rows(records))
 
 
 def _group_alive(pgid: int) -> bool:

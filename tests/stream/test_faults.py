@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster import metrics
-from lakecluster.compaction.loop import Compactor
+from lakecluster.compaction.loop import BackgroundCompactor
 from lakecluster.config import Config, load_config
 from lakecluster.stream.job import StreamJob
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
@@ -48,6 +48,11 @@ def _rows(table: Path) -> int:
         return 0
 
 
+def _transient_failures(service: str) -> float:
+    labels = {"service": service, "kind": "transient"}
+    return metrics.REGISTRY.get_sample_value("lakecluster_service_failures_total", labels) or 0
+
+
 @contextlib.contextmanager
 def running(job: StreamJob) -> Iterator[StreamJob]:
     errors: list[BaseException] = []
@@ -72,16 +77,21 @@ def running(job: StreamJob) -> Iterator[StreamJob]:
 def test_stream_rides_out_a_broker_down_for_a_minute(spark, kafka: KafkaBroker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     topic = f"down_{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, 2)
-    config = _config(tmp_path, kafka, topic, **{"stream.trigger_interval_s": "1"})
+    config = _config(tmp_path, kafka, topic, **{"stream.trigger_interval_s": "1", "stream.source_wait_warning_s": "10"})
     table = Path(config.table.path)
     before = kr.build(0, 300, partitions=2, seed=51)
     after = kr.build(10_000, 300, partitions=2, seed=52)
     kafka.produce(topic, [(r.partition, r.value) for r in before])
+    waits_before = metrics.REGISTRY.get_sample_value("lakecluster_stream_source_waits_total") or 0
     with running(StreamJob(config, spark=spark)) as job:
         _wait("the first records", lambda: _rows(table) == len(kr.expected_rows(before)), 180)
+        down_at = time.monotonic()
         kafka.stop()
         try:
-            time.sleep(60)
+            # Spark's Kafka source blocks (it fails only after minutes): the wait is reported.
+            waiting = "lakecluster_stream_waiting_for_source"
+            _wait("the wait for the source to be reported", lambda: metrics.REGISTRY.get_sample_value(waiting) == 1, 50)
+            time.sleep(max(0.0, 60 - (time.monotonic() - down_at)))
         finally:
             kafka.start()
         kafka.produce(topic, [(r.partition, r.value) for r in after])
@@ -92,59 +102,51 @@ def test_stream_rides_out_a_broker_down_for_a_minute(spark, kafka: KafkaBroker, 
     quarantined = read_delta(config.table.resolved_quarantine_path).to_pylist()
     assert sorted((q["partition"], q["offset"]) for q in quarantined) == bad
     assert job.reports, "no batch was committed"
+    assert (metrics.REGISTRY.get_sample_value("lakecluster_stream_source_waits_total") or 0) > waits_before
+    assert metrics.REGISTRY.get_sample_value("lakecluster_stream_waiting_for_source") == 0, "the wait is over"
 
 
 def test_stream_and_compactor_ride_out_an_unwritable_table_log(spark, kafka: KafkaBroker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     topic = f"ro_{uuid.uuid4().hex[:8]}"
     kafka.create_topic(topic, 2)
+    # One unpartitioned table and no scheduled vacuum: the compactor's only log writes are its
+    # compaction commits, and the first wave's small files are a group waiting for it.
     config = _config(tmp_path, kafka, topic, **{
         "stream.trigger_interval_s": "0.5", "compaction.interval_s": "1", "compaction.min_input_files": "2",
         "compaction.target_file_bytes": "20000", "compaction.min_file_bytes": "10000",
+        "table.partition_by": "[]", "vacuum.interval_s": "0",
     })  # fmt: skip
     table = Path(config.table.path)
     waves = [kr.build(i * 10_000, 150, partitions=2, seed=60 + i, with_malformed=False) for i in range(3)]
     kafka.produce(topic, [(r.partition, r.value) for r in waves[0]])
-    failures_before = {s: metrics.REGISTRY.get_sample_value("lakecluster_service_failures_total",
-                                                            {"service": s, "kind": "transient"}) or 0
-                       for s in ("stream", "compactor")}  # fmt: skip
-    compactor_error: list[BaseException] = []
-    compactor: list[Compactor] = []
 
-    def compact_forever() -> None:
-        try:
-            c = Compactor(config, spark=spark)
-            compactor.append(c)
-            c.run_forever()
-        except BaseException as e:
-            compactor_error.append(e)
-
-    job = StreamJob(config, spark=spark)
-    worker = threading.Thread(target=compact_forever)
-    job.on_started = worker.start
-    with running(job):
+    failures = _transient_failures
+    failures_before = {s: failures(s) for s in ("stream", "compactor")}
+    compactor = BackgroundCompactor(config, spark)
+    with running(StreamJob(config, spark=spark)):
         _wait("the first wave", lambda: _rows(table) == 150, 180)
+        assert len(DeltaTable(str(table)).file_uris()) >= 2, "the first wave should leave files to compact"
         log_dir = table / "_delta_log"
+        version_at_fault = DeltaTable(str(table)).version()
         # Immutable: not even root can create files in it. Every commit fails meanwhile.
         subprocess.run(["chattr", "+i", str(log_dir)], check=True)
         try:
             kafka.produce(topic, [(r.partition, r.value) for r in waves[1]])
-            time.sleep(20)
+            compactor.start()  # its first commit meets the fault
+            _wait("the compactor to meet the fault", lambda: failures("compactor") > failures_before["compactor"], 180)
+            _wait("the stream to meet the fault", lambda: failures("stream") > failures_before["stream"], 120)
             assert _rows(table) == 150, "a commit went through an unwritable log"
+            assert DeltaTable(str(table)).version() == version_at_fault
         finally:
             subprocess.run(["chattr", "-i", str(log_dir)], check=True)
         kafka.produce(topic, [(r.partition, r.value) for r in waves[2]])
         _wait("every wave", lambda: _rows(table) == 450, 300)
-        _wait("a compaction after the fault",
-              lambda: any(h["operation"] == "OPTIMIZE" for h in DeltaTable(str(table)).history()), 180)
-        for c in compactor:
-            c.request_stop()
-        worker.join(timeout=300)
-    assert not compactor_error, compactor_error
+        _wait("a compaction committed after the fault",
+              lambda: any(h["operation"] == "OPTIMIZE" and h["version"] > version_at_fault
+                          for h in DeltaTable(str(table)).history()), 180)  # fmt: skip
+        compactor.stop(timeout_s=300)
+    assert compactor.failure is None, compactor.failure
     assert kr.table_rows(read_delta(table)) == kr.expected_rows([r for w in waves for r in w])
-    after = {s: metrics.REGISTRY.get_sample_value("lakecluster_service_failures_total",
-                                                  {"service": s, "kind": "transient"}) or 0
-             for s in ("stream", "compactor")}  # fmt: skip
-    assert after["stream"] > failures_before["stream"], "the stream never met the fault"
 
 
 def test_offsets_gone_from_the_broker_stop_the_stream_with_a_non_zero_exit(kafka: KafkaBroker, tmp_path: Path) -> None:

@@ -1,0 +1,334 @@
+"""Chaos: the stream, two compactors, index syncs and vacuums on one table for half an hour, with
+SIGKILLs at random points and every process restarted; then every promise is checked.
+
+    python bench/chaos.py --minutes 30
+
+A local Apache Kafka broker (the tests' launcher) gets SSB-like JSON records at a steady rate from
+a producer thread, one record in 500 malformed. Beside it run, as real ``lakecluster`` processes:
+``stream``, two ``compact`` loops (each with a scheduled vacuum), ``index sync`` every few seconds
+and a ``vacuum`` every few minutes. Every 10-60 s a random one of them is killed with SIGKILL (its
+whole process group: driver, JVM, Python workers); a supervisor restarts whatever died. Vacuums use
+a retention of ``--retention-min`` minutes (forced; above any rewrite's duration here), so files
+are really deleted during the run.
+
+At the end the producer stops, the kills stop, the stream catches up, everything is stopped with
+SIGTERM, and the table is checked:
+
+- rows: every valid record produced is in the table exactly once (delta-rs and DuckDB), every
+  malformed one is in the quarantine table exactly once;
+- time travel: every version committed within the retention period reads with delta-rs, without
+  duplicates, with as many rows as its add actions say, never fewer than the version before;
+- the column-stats index is intact and equal to the Delta log.
+
+Prints a table and writes the "Chaos" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.ingest import write_section  # noqa: E402
+from tests.services.kafka import KafkaBroker  # noqa: E402 - the launcher the tests use
+
+TOPIC = "lineorder"
+MALFORMED_EVERY = 500
+
+
+def json_values(start: int, n: int) -> list[bytes]:
+    """Records ``start .. start+n`` of the generator as JSON; every 500th offset is malformed."""
+    from lakecluster.ssb import SSB_COLUMNS
+    from lakecluster.stream.generator import GeneratorSettings, generate
+
+    batch = generate(start, start + n, GeneratorSettings(), SSB_COLUMNS)
+    revenue = batch.schema.get_field_index("lo_revenue")
+    batch = batch.set_column(revenue, "lo_revenue", batch.column(revenue).cast("string"))  # exact decimals
+    frame = batch.to_pandas()
+    frame["lo_orderdate"] = frame["lo_orderdate"].astype(str)
+    frame["event_time"] = frame["event_time"].dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    lines = frame.to_json(orient="records", lines=True).splitlines()
+    return [b"{not json" if (start + i) % MALFORMED_EVERY == 0 else line.encode() for i, line in enumerate(lines)]
+
+
+@dataclass
+class Producer:
+    """Produces records at ``rate`` per second until stopped; keys are the generator offsets."""
+
+    bootstrap: str
+    rate: int
+    produced: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=50, acks="all",
+                                 retries=2**31 - 1, max_in_flight_requests_per_connection=1)  # fmt: skip
+        chunk = max(1, self.rate // 4)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            for value in json_values(self.produced, chunk):
+                producer.send(TOPIC, value=value)
+            producer.flush()
+            self.produced += chunk
+            self._stop.wait(max(0.0, 0.25 - (time.monotonic() - started)))
+        producer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclass
+class Service:
+    """One lakecluster command, restarted whenever it dies (unless ``once``: then re-run after ``every_s``)."""
+
+    name: str
+    args: list[str]
+    workdir: Path
+    every_s: float = 0.0  # > 0: a command that ends by itself, started again this often
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    kills: int = 0
+    exits: Counter = field(default_factory=Counter)
+    next_start: float = 0.0
+
+    def tick(self, now: float, base: list[str]) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            self.exits[self.proc.returncode] += 1
+            self.proc = None
+            self.next_start = now + (self.every_s or random.uniform(1, 4))
+        if self.proc is None and now >= self.next_start:
+            log = (self.workdir / f"{self.name}.log").open("ab")
+            self.proc = subprocess.Popen([sys.executable, "-m", "lakecluster", *base, *self.args],
+                                         cwd=self.workdir, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)  # fmt: skip
+            self.starts += 1
+
+    def kill(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.kills += 1
+        return True
+
+    def terminate(self, timeout_s: float = 180) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.exits[self.proc.wait(timeout=timeout_s)] += 1
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.exits["killed at stop"] += 1
+        self.proc = None
+
+
+def disk_factor(table: Path) -> tuple[int, int]:
+    """(bytes of every file under the table directory, bytes of the live data files)."""
+    from deltalake import DeltaTable
+
+    on_disk = sum(f.stat().st_size for f in table.rglob("*") if f.is_file())
+    actions = DeltaTable(str(table)).get_add_actions(flatten=True)
+    live = sum(actions.column("size_bytes").to_pylist()) if actions.num_rows else 0
+    return on_disk, live
+
+
+def check(table: Path, quarantine: Path, produced: int, retention_s: float, index_base: list[str]) -> dict:
+    import duckdb
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from lakecluster.config import load_config
+    from lakecluster.index.spec import IndexSpec
+    from lakecluster.index.sync import sync
+    from tests.index.test_concurrency import problems
+
+    valid = produced - len(range(0, produced, MALFORMED_EVERY))
+    keys = DeltaTable(str(table)).to_pyarrow_table(columns=["lo_orderkey"])["lo_orderkey"]
+    expected_keys = set(range(produced)) - set(range(0, produced, MALFORMED_EVERY))
+    key_list = keys.to_pylist()
+    duck = duckdb.connect()
+    duck_count, duck_distinct = duck.execute(
+        f"SELECT count(*), count(DISTINCT lo_orderkey) FROM delta_scan('{table}')"
+    ).fetchone()  # fmt: skip
+    quarantined = DeltaTable(str(quarantine)).to_pyarrow_table(columns=["partition", "offset"])
+    positions = list(zip(quarantined["partition"].to_pylist(), quarantined["offset"].to_pylist(), strict=True))
+    result = {
+        "rows": len(key_list), "expected_rows": valid,
+        "rows_exact": len(key_list) == len(set(key_list)) and set(key_list) == expected_keys,
+        "duckdb_exact": duck_count == duck_distinct == valid,
+        "quarantined": quarantined.num_rows, "expected_quarantined": produced - valid,
+    }  # fmt: skip
+    result["quarantine_exact"] = len(set(positions)) == len(positions) == result["expected_quarantined"]
+
+    history = DeltaTable(str(table)).history()
+    cutoff_ms = (time.time() - retention_s) * 1000
+    recent = sorted(int(h["version"]) for h in history if h["timestamp"] >= cutoff_ms)
+    travel_ok, previous = 0, -1
+    failures: list[str] = []
+    for version in recent:
+        try:
+            snapshot = DeltaTable(str(table), version=version)
+            rows = snapshot.to_pyarrow_table(columns=["lo_orderkey"])["lo_orderkey"].to_pylist()
+            actions = pa.table(snapshot.get_add_actions(flatten=True))
+            stated = sum(v or 0 for v in actions["num_records"].to_pylist())
+            if len(rows) != len(set(rows)) or len(rows) != stated or len(rows) < previous:
+                failures.append(f"version {version}: {len(rows)} rows, {len(set(rows))} keys, log says {stated}")
+            previous = len(rows)
+            travel_ok += 1
+        except Exception as e:  # a version within retention that cannot be read is a failure
+            failures.append(f"version {version}: {type(e).__name__}: {e}")
+    result.update(travel_versions=len(recent), travel_ok=travel_ok - len(failures), travel_failures=failures[:5])
+
+    config = load_config(overrides=dict(a.removeprefix("--set=").split("=", 1) for a in index_base), environ={})
+    spec = IndexSpec.from_config(config)
+    sync(spec)
+    result["index_problems"] = problems(spec, table)
+    ops = Counter(h["operation"] for h in history)
+    result["commits"] = dict(ops)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--minutes", type=float, default=30)
+    p.add_argument("--rate", type=int, default=1000, help="records produced per second")
+    p.add_argument("--retention-min", type=float, default=5.0, help="vacuum retention (minutes, forced)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    args = p.parse_args()
+    random.seed(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
+    broker = KafkaBroker(work / "kafka").start()
+    broker.create_topic(TOPIC, 4)
+    table, retention_h = work / "lineorder", args.retention_min / 60
+    base = [
+        "--set=source.kind=kafka", f"--set=source.kafka.bootstrap_servers={broker.bootstrap}",
+        f'--set=source.kafka.topics=["{TOPIC}"]', f"--set=table.path={table}", "--set=metrics.port=0",
+        "--set=compaction.interval_s=5", "--set=compaction.target_file_bytes=4000000",
+        "--set=compaction.min_file_bytes=2000000", "--set=vacuum.interval_s=120",
+        f"--set=vacuum.retention_hours={retention_h}", "--set=vacuum.force=true",
+    ]  # fmt: skip
+    services = [
+        Service("stream", ["stream"], work),
+        Service("compactor-a", ["compact"], work),
+        Service("compactor-b", ["compact"], work),
+        Service("index-sync", ["index", "sync"], work, every_s=5),
+        Service("vacuum", ["vacuum", "--retention", str(retention_h), "--force"], work, every_s=180),
+    ]
+    producer = Producer(broker.bootstrap, args.rate)
+    threading.Thread(target=producer.run, daemon=True).start()
+    started = time.monotonic()
+    end = started + args.minutes * 60
+    next_kill = started + random.uniform(10, 60)
+    kills: list[tuple[float, str]] = []
+    factors: list[tuple[float, int, int]] = []  # (seconds, bytes on disk, live bytes), each minute
+    next_sample = started + 60
+    try:
+        while time.monotonic() < end:
+            now = time.monotonic()
+            for s in services:
+                s.tick(now, base)
+            if now >= next_kill:
+                victim = random.choice(services)
+                if victim.kill():
+                    kills.append((now - started, victim.name))
+                    print(f"{now - started:6.0f} s  SIGKILL {victim.name}", flush=True)
+                next_kill = now + random.uniform(10, 60)
+            if now >= next_sample:
+                next_sample = now + 60
+                with contextlib.suppress(Exception):  # the table may not exist yet
+                    factors.append((now - started, *disk_factor(table)))
+            time.sleep(0.5)
+        producer.stop()
+        time.sleep(2)
+        produced = producer.produced
+        print(f"chaos over after {time.monotonic() - started:.0f} s; {produced:,} records produced; catching up",
+              flush=True)  # fmt: skip
+        # No more kills: restart whatever is down and let the stream take everything in.
+        from deltalake import DeltaTable
+
+        valid = produced - len(range(0, produced, MALFORMED_EVERY))
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            for s in services:
+                s.tick(time.monotonic(), base)
+            with contextlib.suppress(Exception):
+                if DeltaTable(str(table)).to_pyarrow_table(columns=["lo_orderkey"]).num_rows >= valid:
+                    break
+            time.sleep(5)
+        time.sleep(10)
+    finally:
+        producer.stop()
+        for s in services:
+            s.terminate()
+        broker.stop()
+    result = check(table, Path(str(table) + "_quarantine"), produced, args.retention_min * 60, base)
+    on_disk, live = disk_factor(table)
+    second_half = [d / lv for t, d, lv in factors if t >= args.minutes * 30 and lv]
+    result.update(disk_bytes=on_disk, live_bytes=live, disk_factor_end=on_disk / max(live, 1),
+                  disk_factor_max_second_half=max(second_half, default=0.0),
+                  disk_factors=[(round(t), d, lv) for t, d, lv in factors])  # fmt: skip
+    result.update(minutes=args.minutes, produced=produced, kills=len(kills),
+                  services={s.name: {"starts": s.starts, "kills": s.kills,
+                                     "exits": {str(k): v for k, v in s.exits.items()}} for s in services})  # fmt: skip
+    print(json.dumps(result, indent=1, default=str))
+    report(args, result)
+
+
+def report(args: argparse.Namespace, r: dict) -> None:
+    rows = "\n".join(f"| {name} | {s['starts']} | {s['kills']} | "
+                     f"{', '.join(f'{k}: {v}' for k, v in sorted(s['exits'].items())) or '-'} |"
+                     for name, s in r["services"].items())  # fmt: skip
+    ok = r["rows_exact"] and r["duckdb_exact"] and r["quarantine_exact"] and not r["travel_failures"]
+    ok = ok and not r["index_problems"]
+    command = (f"python bench/chaos.py --minutes {args.minutes:g} --rate {args.rate} "
+               f"--retention-min {args.retention_min:g} --seed {args.seed}")  # fmt: skip
+    section = (
+        "## Chaos: stream, two compactors, index syncs and vacuum, killed at random\n\n"
+        f"`{command}` — {r['produced']:,} records produced to a local Apache Kafka topic at {args.rate}/s "
+        f"(one in {MALFORMED_EVERY} malformed) while {r['kills']} SIGKILLs (whole process groups) hit random "
+        "processes, each restarted by a supervisor; vacuum retention "
+        f"{args.retention_min:g} min (forced), 2 cores.\n\n"
+        "| process | starts | SIGKILLs | exits (code: count) |\n|---|---:|---:|---|\n"
+        + rows
+        + "\n\n| check | result |\n|---|---|\n"
+        f"| rows in the table (delta-rs) | {r['rows']:,} of {r['expected_rows']:,}, "
+        f"{'each exactly once' if r['rows_exact'] else '**NOT exact**'} |\n"
+        f"| DuckDB | {'same rows, no duplicates' if r['duckdb_exact'] else '**differs**'} |\n"
+        f"| quarantined | {r['quarantined']:,} of {r['expected_quarantined']:,} |\n"
+        f"| time travel within retention | {r['travel_ok']} of {r['travel_versions']} versions read exactly"
+        f"{'; failures: ' + '; '.join(r['travel_failures']) if r['travel_failures'] else ''} |\n"
+        f"| index vs log | {'equal' if not r['index_problems'] else r['index_problems']} |\n"
+        f"| bytes on disk / live bytes | {r['disk_factor_end']:.2f} at the end ({r['disk_bytes'] / 1e6:.0f} MB "
+        f"on disk, {r['live_bytes'] / 1e6:.0f} MB live); at most {r['disk_factor_max_second_half']:.2f} "
+        "over the second half (sampled each minute; the table directory with its log, sketches and index, "
+        "against the live data files) |\n"
+        f"| commits | {', '.join(f'{k} {v}' for k, v in sorted(r['commits'].items()))} |\n\n"
+        f"Verdict: **{'every check passed' if ok else 'FAILED'}**.\n"
+    )
+    print(section)
+    if not args.no_write:
+        write_section(REPO / "docs" / "benchmarks.md", "## Chaos", section)
+
+
+if __name__ == "__main__":
+    main()

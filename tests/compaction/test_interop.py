@@ -1,0 +1,115 @@
+"""Other Delta clients on a table lakecluster writes: a delta-spark job appending while the
+compactor rewrites loses nothing; Spark SQL skips files by the rewritten stats, shows the rewrites
+in DESCRIBE HISTORY as what they are, and time-travels; delta-rs and DuckDB read the same rows."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from lakecluster.compaction.loop import Compactor
+from lakecluster.ssb import SSB_COLUMNS
+from lakecluster.stream.generator import GeneratorSettings, generate
+from tests.compaction.test_compaction import fill, generator_config
+from tests.conftest import duckdb_connection, read_delta
+
+pytestmark = pytest.mark.integration
+
+
+def files_read(spark, sql: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """(rows, files the scan read) of ``sql``, from Spark's own scan metrics."""
+    frame = spark.sql(sql)
+    rows = frame.collect()
+    files = 0
+
+    def walk(node: Any) -> None:
+        nonlocal files
+        metric = node.metrics().get("numFiles")  # a file scan's "number of files read"
+        if metric.isDefined():
+            files += int(metric.get().value())
+        kind = node.getClass().getSimpleName()
+        if kind == "AdaptiveSparkPlanExec":
+            walk(node.finalPhysicalPlan())
+        elif kind.endswith("QueryStageExec"):
+            walk(node.plan())
+        children = node.children()
+        for i in range(children.size()):
+            walk(children.apply(i))
+
+    walk(frame._jdf.queryExecution().executedPlan())
+    return int(rows[0][0]), files
+
+
+def test_a_delta_spark_append_during_compaction_loses_nothing_and_spark_sql_reads_the_rewrite(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path
+) -> None:
+    table = tmp_path / "t"
+    config = generator_config(table, rows=12_000, per_batch=3_000,
+                              **{"table.partition_by": "[]", "stream.max_records_per_file": "500"})  # fmt: skip
+    fill(spark, config)
+    before_version = DeltaTable(str(table)).version()
+    appended = generate(100_000, 104_000, GeneratorSettings(seed=9), SSB_COLUMNS)
+
+    # Another Delta writer (a plain delta-spark job) appends in four commits while the compactor
+    # runs its rounds on the same table.
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            for part in range(4):
+                rows = pa.Table.from_batches([appended.slice(part * 1_000, 1_000)])
+                spark.createDataFrame(rows).write.format("delta").mode("append").save(str(table))
+        except BaseException as e:
+            errors.append(e)
+
+    writer = threading.Thread(target=append)
+    compactor = Compactor(config, spark=spark)
+    writer.start()
+    results: list[Any] = []
+    while writer.is_alive() or not results:
+        results.extend(compactor.run_once())
+    writer.join()
+    results.extend(compactor.run_once())
+    assert not errors, errors
+    assert any(r.result == "committed" for r in results), results
+
+    # Nothing lost, nothing twice: 12,000 streamed rows and 4,000 appended ones, by every reader.
+    rows = read_delta(table)
+    assert rows.num_rows == 16_000
+    keys = rows.column("lo_orderkey").to_pylist()
+    assert sorted(keys) == sorted([*range(12_000), *range(100_000, 104_000)])
+    duck = duckdb_connection().execute(f"SELECT count(*), count(DISTINCT lo_orderkey) FROM delta_scan('{table}')")
+    assert duck.fetchone() == (16_000, 16_000)
+    assert spark.read.format("delta").load(str(table)).count() == 16_000
+
+    # DESCRIBE HISTORY shows each rewrite as an OPTIMIZE with its metrics; its actions change no data.
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
+    optimizes = [h for h in history if h["operation"] == "OPTIMIZE"]
+    assert len(optimizes) == sum(r.result == "committed" for r in results)
+    for h in optimizes:
+        metrics = h["operationMetrics"]
+        assert int(metrics["numRemovedFiles"]) > 0 and int(metrics["numAddedFiles"]) > 0
+        entries = [json.loads(line) for line in
+                   (table / "_delta_log" / f"{h['version']:020d}.json").read_text().splitlines()]  # fmt: skip
+        actions = [e.get("add") or e.get("remove") for e in entries if "add" in e or "remove" in e]
+        assert actions and all(a["dataChange"] is False for a in actions)
+    assert {h["operation"] for h in history} >= {"WRITE", "OPTIMIZE"}
+
+    # Time travel through Spark SQL: the version before any rewrite reads the streamed rows.
+    old = spark.sql(f"SELECT lo_orderkey FROM delta.`{table}` VERSION AS OF {before_version}").toPandas()
+    assert sorted(old["lo_orderkey"]) == list(range(12_000))
+    old_rs = DeltaTable(str(table), version=before_version).to_pyarrow_table(columns=["lo_orderkey"])
+    assert sorted(old_rs.column("lo_orderkey").to_pylist()) == list(range(12_000))
+
+    # Data skipping by the rewritten files' stats: a point query reads a fraction of the files.
+    city = rows.column("s_city")[0].as_py()
+    total_files = len(DeltaTable(str(table)).file_uris())
+    count, read = files_read(spark, f"SELECT count(*) FROM delta.`{table}` WHERE s_city = '{city}'")
+    assert count == sum(1 for c in rows.column("s_city").to_pylist() if c == city)
+    assert 0 < read < total_files / 2, (read, total_files)
