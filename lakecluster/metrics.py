@@ -49,6 +49,9 @@ STREAM_SOURCE_WAITS = Counter("lakecluster_stream_source_waits_total",
 STREAM_WAITING = Gauge("lakecluster_stream_waiting_for_source",
                        "1 while a micro-batch has waited longer than stream.source_wait_warning_s for the source",
                        registry=REGISTRY)  # fmt: skip
+STREAM_LAG = Gauge("lakecluster_stream_lag_records",
+                   "Records the brokers hold past the offsets the table committed, per topic-partition "
+                   "(measured every stream.lag_interval_s)", ["topic", "partition"], registry=REGISTRY)  # fmt: skip
 SERVICE_FAILURES = Counter("lakecluster_service_failures_total",
                            "Faults of a service by kind (transient, fatal, unknown)", ["service", "kind"],
                            registry=REGISTRY)  # fmt: skip

@@ -25,6 +25,7 @@ from lakecluster.stream import kafka, resume
 from lakecluster.stream.batch_task import QUARANTINE_DDL, QUARANTINE_SCHEMA
 from lakecluster.stream.generator_source import FORMAT_NAME as GENERATOR_FORMAT
 from lakecluster.stream.generator_source import GeneratorDataSource
+from lakecluster.stream.lag import LagMonitor, recorded_offsets
 from lakecluster.stream.sink import BatchReport, StreamSink, table_spec
 from lakecluster.table import TableSpec, check_schema, check_writable, create_table
 from lakecluster.uris import join
@@ -139,6 +140,7 @@ class StreamJob:
         self.restarts = 0
         # Called once the tables exist and the query runs (``lakecluster run`` starts its compactor).
         self.on_started: Callable[[], None] | None = None
+        self.lag: LagMonitor | None = None
 
     def _handle_batch(self, sink: StreamSink) -> Callable[[DataFrame, int], None]:
         def handle(df: DataFrame, batch_id: int) -> None:
@@ -159,6 +161,8 @@ class StreamJob:
             metrics.STREAM_FILES.inc(report.files)
             metrics.STREAM_BATCH_SECONDS.observe(report.seconds)
             metrics.TABLE_VERSION.set(report.table_version)
+        if self.lag is not None:
+            self.lag.committed(report.offsets)
         if self.on_batch is not None:
             self.on_batch(report)
 
@@ -180,9 +184,15 @@ class StreamJob:
         if self.config.source.kind == "kafka":
             create_table(spark, quarantine_spec(self.config))
         lease = Lease.acquire(lease_uri(self.config), f"stream {self.config.stream_id} into {self.config.table.path}")
+        if self.config.source.kind == "kafka":
+            recorded = recorded_offsets(self.config.table.path, self.config.stream_id)
+            self.lag = LagMonitor(self.config.source.kafka, self.config.stream.lag_interval_s, recorded)
+            self.lag.start()
         try:
             self._supervise(spark, partitions, lease)
         finally:
+            if self.lag is not None:
+                self.lag.stop()
             lease.release()
         return self.reports
 

@@ -15,7 +15,6 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from lakecluster.config import KafkaSourceConfig
@@ -142,13 +141,6 @@ def partitions(k: KafkaSourceConfig, client: Any) -> list[tuple[str, int]]:
     return out
 
 
-def end_offsets(client: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    from kafka import TopicPartition
-
-    ends = client.end_offsets([TopicPartition(t, p) for t, p in tps])
-    return {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
-
-
 def parse_offsets(text: str) -> Offsets:
     """Spark's Kafka offsets JSON (``{"topic": {"0": 42}}``) as ints."""
     raw = json.loads(text)
@@ -166,8 +158,3 @@ def starting_offsets_json(recorded: Offsets, tps: list[tuple[str, int]]) -> str:
     for topic, partition in tps:
         out.setdefault(topic, {})[str(partition)] = recorded.get(topic, {}).get(partition, -2)
     return json.dumps(out, sort_keys=True)
-
-
-def lag(ends: Mapping[tuple[str, int], int], committed: Offsets) -> dict[tuple[str, int], int]:
-    """Records behind per topic-partition: broker end offset minus the stream's committed offset."""
-    return {tp: max(0, end - committed.get(tp[0], {}).get(tp[1], 0)) for tp, end in ends.items()}

@@ -100,6 +100,8 @@ class StreamConfig:
     max_records_per_file: int = 0
     # A micro-batch that waits this long for its source's offsets (broker unreachable) is reported.
     source_wait_warning_s: float = 60.0
+    # Consumer lag (brokers' end offsets minus the table's committed offsets) is measured this often; 0: off.
+    lag_interval_s: float = 15.0
 
 
 @dataclass(frozen=True)

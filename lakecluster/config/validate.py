@@ -34,6 +34,8 @@ def validate(config: Config) -> None:
     if s.max_records_per_file < 0:
         raise ConfigError("stream.max_records_per_file", "must be >= 0 (0: no limit)")
     _positive("stream.source_wait_warning_s", s.source_wait_warning_s)
+    if s.lag_interval_s < 0:
+        raise ConfigError("stream.lag_interval_s", "must be >= 0 (0: off)")
     if s.id is not None and not _STREAM_ID.match(s.id):
         raise ConfigError("stream.id", f"1-100 characters of letters, digits and _.:- ; got {s.id!r}")
 
