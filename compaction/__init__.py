@@ -1,1 +1,1 @@
-"""The compaction loop (issue #3): re-clusters fragmented file groups by a Hilbert or Z key."""
+"""The compaction loop: re-clusters fragmented file groups by a Hilbert or Z key, commits each rewrite atomically."""

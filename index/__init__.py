@@ -1,1 +1,1 @@
-"""The key-prefixed column-stats index (issue #4)."""
+"""The key-prefixed column-stats index: per-file min/max of the clustering columns, kept in step with the Delta log."""

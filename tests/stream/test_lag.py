@@ -26,7 +26,8 @@ def test_lag_counts_from_the_committed_offset_or_the_start_of_the_log() -> None:
 
 
 def _gauge(topic: str, partition: int) -> float | None:
-    return metrics.REGISTRY.get_sample_value("lakecluster_stream_lag_records", {"topic": topic, "partition": str(partition)})
+    labels = {"topic": topic, "partition": str(partition)}
+    return metrics.REGISTRY.get_sample_value("lakecluster_stream_lag_records", labels)
 
 
 @pytest.mark.integration

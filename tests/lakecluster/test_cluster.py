@@ -1,0 +1,79 @@
+"""lakecluster on a Spark standalone cluster (a master and two workers on loopback), unchanged:
+the stream and a compaction round with ``--master spark://...`` on an ``s3://`` table."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from tests.compaction.test_compaction import SMALL
+from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.services.s3 import S3Server
+from tests.services.spark_cluster import SparkCluster
+
+pytestmark = pytest.mark.integration
+
+ROWS = 4_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    server = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def test_stream_and_compaction_run_on_a_standalone_cluster(
+    cluster: SparkCluster, s3: S3Server, s3_prefix: str, tmp_path: Path
+) -> None:
+    uri = f"{s3_prefix.rstrip('/')}/lineorder"
+    settings = {
+        **SMALL, "table.path": uri, "table.partition_by": "[]", "spark.master": cluster.master_url,
+        "storage.s3_endpoint": s3.endpoint, "storage.s3_region": s3.region,
+        "storage.s3_access_key_id": s3.access_key, "storage.s3_secret_access_key": s3.secret_key,
+        "source.generator.max_rows": str(ROWS), "source.generator.max_rows_per_trigger": "2000",
+        "source.generator.partitions": "2", "stream.max_records_per_file": "250",
+    }  # fmt: skip
+    args = [f"--set={k}={v}" for k, v in settings.items()]
+
+    def cli(*command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(lakecluster_cmd(*args, *command), capture_output=True, text=True, cwd=tmp_path,
+                              env=subprocess_env(), timeout=900)  # fmt: skip
+
+    streamed = cli("stream", "--available-now")
+    assert streamed.returncode == 0, streamed.stdout[-2000:] + streamed.stderr[-3000:]
+    table = DeltaTable(uri, storage_options=s3.storage_options())
+    files_streamed = len(table.file_uris())
+    assert files_streamed >= ROWS // 250
+
+    compacted = cli("compact", "--once")
+    assert compacted.returncode == 0, compacted.stdout[-2000:] + compacted.stderr[-3000:]
+    table = DeltaTable(uri, storage_options=s3.storage_options())
+    assert table.history(1)[0]["operation"] == "OPTIMIZE"
+    assert len(table.file_uris()) < files_streamed
+    keys = sorted(table.to_pyarrow_table(columns=["lo_orderkey"]).column("lo_orderkey").to_pylist())
+    assert keys == list(range(ROWS)), "every generated row exactly once"
+
+    # The work ran on the cluster's executors: the master saw both applications finish, and each
+    # worker ran executors.
+    done = cluster.status().get("completedapps", [])
+    assert len(done) >= 2, done
+    for i in range(cluster.workers):
+        assert any((cluster.workdir / f"worker-{i}").rglob("stderr")), f"worker {i} ran no executor"
+
+
+def test_a_local_table_path_is_refused_with_a_cluster_master(cluster: SparkCluster, tmp_path: Path) -> None:
+    result = subprocess.run(
+        lakecluster_cmd(f"--set=spark.master={cluster.master_url}", f"--set=table.path={tmp_path / 't'}", "stream"),
+        capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "config key 'table.path'" in result.stderr and "is a local path" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "t").exists()
