@@ -151,7 +151,7 @@ def main() -> None:
     for label, n, read, secs in rows:
         points = [read[("point", c)] for c in COLUMNS]
         ranges = [read[("range", c)] for c in COLUMNS]
-        rate = "" if secs is None else f"{mb / secs:.1f}"
+        rate = "" if secs is None else f"{mb / secs:.2f}"
         cells = " | ".join(f"{v:.0f}" for v in points + ranges)
         out.append(f"| {label} | {n} | {cells} | {np.mean(points) / n ** (2 / 3):.2f} | {rate} |\n")
     section = "".join(out)

@@ -205,3 +205,12 @@ def explain(args: argparse.Namespace, config: Config) -> int:
     rep = run_explain(IndexSpec.from_config(config), args.where, sync_first=not args.no_sync)
     emit(rep, format_text(rep), args.output)
     return 0
+
+
+def status(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster status``: the table's health in one screen (``--json`` for scripts)."""
+    from lakecluster.cli.status import format_text, table_status
+
+    data = table_status(config, lag_timeout_s=args.lag_timeout)
+    emit(data, format_text(data), args.output)
+    return 0

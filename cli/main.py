@@ -32,6 +32,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "boundaries": commands.boundaries,
     "index": commands.index,
     "explain": commands.explain,
+    "status": commands.status,
 }
 
 
@@ -84,6 +85,10 @@ def parser() -> argparse.ArgumentParser:
     e = sub.add_parser("explain", help="files a where-clause must read and how many it skips, per conjunct")
     e.add_argument("--where", required=True, help="e.g. \"s_city = 'UNITED KI1' AND d_year >= 1995\"")
     e.add_argument("--no-sync", action="store_true", help="fail instead of syncing a stale index first")
+
+    st = sub.add_parser("status", help="one screen about the table: files, clustering, index, compaction, vacuum, lag")
+    st.add_argument("--lag-timeout", type=float, default=5.0, metavar="SECONDS",
+                    help="how long to wait for the brokers when measuring consumer lag (default 5)")  # fmt: skip
     return p
 
 

@@ -102,7 +102,11 @@ class LagMonitor:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            # A measurement blocked on an unreachable broker must not delay the stop; the daemon
+            # thread then ends with the process, its client with it.
+            self._thread.join(timeout=2)
+            if self._thread.is_alive():
+                return
         if self._client is not None:
             self._client.close()
             self._client = None

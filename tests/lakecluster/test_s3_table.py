@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import uuid
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
 from tests.compaction.test_compaction import SMALL
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.services.kafka import KafkaBroker
 from tests.services.s3 import S3Server
+from tests.stream import kafka_records as kr
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +57,44 @@ def test_stream_compact_and_explain_on_an_s3_table(s3: S3Server, s3_prefix: str,
     assert explained.returncode == 0, explained.stderr[-3000:]
     report = json.loads(explained.stdout)
     assert report["files_total"] == len(table.file_uris()), report
+
+    # Vacuum with no retention deletes exactly the files the rewrite replaced; the table still reads.
+    vacuumed = cli("--json", "vacuum", "--retention", "0", "--force")
+    assert vacuumed.returncode == 0, vacuumed.stdout[-2000:] + vacuumed.stderr[-3000:]
+    fs = s3.filesystem()
+    root = uri.removeprefix("s3://")
+    on_s3 = {f.path for f in fs.get_file_info(pafs.FileSelector(root, recursive=True))
+             if f.path.endswith(".parquet") and "/_" not in f.path.removeprefix(root)}  # fmt: skip
+    live = {u.removeprefix("s3://") for u in DeltaTable(uri, storage_options=s3.storage_options()).file_uris()}
+    assert on_s3 == live
+    keys = DeltaTable(uri, storage_options=s3.storage_options()).to_pyarrow_table(columns=["lo_orderkey"])
+    assert sorted(keys.column("lo_orderkey").to_pylist()) == list(range(ROWS))
+
+
+def test_kafka_stream_with_quarantine_checkpoint_and_sketches_on_s3(
+    s3: S3Server, s3_prefix: str, broker: KafkaBroker, tmp_path: Path
+) -> None:
+    topic = f"s3_{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 3)
+    records = kr.build(0, 500, partitions=3, seed=21)
+    broker.produce(topic, [(r.partition, r.value) for r in records])
+    uri = f"{s3_prefix.rstrip('/')}/orders"
+    config = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=uri)  # type: ignore[arg-type]
+    settings = {"storage.s3_endpoint": s3.endpoint, "storage.s3_region": s3.region, "metrics.port": "0",
+                "storage.s3_access_key_id": s3.access_key, "storage.s3_secret_access_key": s3.secret_key}  # fmt: skip
+    command = lakecluster_cmd("--config", str(config), *[f"--set={k}={v}" for k, v in settings.items()],
+                              "stream", "--available-now")  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(), timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    local = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "c.toml"]
+    assert local == [], "table, quarantine, checkpoint and sketches stay on S3"
+
+    options = s3.storage_options()
+    assert kr.table_rows(DeltaTable(uri, storage_options=options).to_pyarrow_table()) == kr.expected_rows(records)
+    quarantine = DeltaTable(f"{uri}_quarantine", storage_options=options).to_pyarrow_table().to_pylist()
+    assert sorted(q["raw_value"] or b"" for q in quarantine) == sorted(r.value or b"" for r in records if r.reason)
+    fs = s3.filesystem()
+    root = uri.removeprefix("s3://")
+    kept = [f.path for f in fs.get_file_info(pafs.FileSelector(f"{root}/_lakecluster/streams", recursive=True))]
+    assert any("/checkpoint/commits/" in p for p in kept), kept
+    assert any(p.endswith(".sketches") for p in kept), kept
