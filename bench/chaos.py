@@ -8,8 +8,8 @@ a producer thread, one record in 500 malformed. Beside it run, as real ``lakeclu
 ``stream``, two ``compact`` loops (each with a scheduled vacuum), ``index sync`` every few seconds
 and a ``vacuum`` every few minutes. Every 10-60 s a random one of them is killed with SIGKILL (its
 whole process group: driver, JVM, Python workers); a supervisor restarts whatever died. Vacuums use
-a retention of ``--retention-min`` minutes (forced; above any rewrite's duration here), so files
-are really deleted during the run.
+a retention of ``--retention-hours`` (default 1, forced: the shortest retention Delta honours, since
+it rounds to whole hours); a run longer than the retention has files really deleted during it.
 
 At the end the producer stops, the kills stop, the stream catches up, everything is stopped with
 SIGTERM, and the table is checked:
@@ -152,6 +152,10 @@ def disk_factor(table: Path) -> tuple[int, int]:
     return on_disk, live
 
 
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def check(table: Path, quarantine: Path, produced: int, retention_s: float, index_base: list[str]) -> dict:
     import pyarrow as pa
     from deltalake import DeltaTable
@@ -170,15 +174,19 @@ def check(table: Path, quarantine: Path, produced: int, retention_s: float, inde
     duck_count, duck_distinct = duck.execute(
         f"SELECT count(*), count(DISTINCT lo_orderkey) FROM delta_scan('{table}')"
     ).fetchone()  # fmt: skip
-    quarantined = DeltaTable(str(quarantine)).to_pyarrow_table(columns=["partition", "offset"])
-    positions = list(zip(quarantined["partition"].to_pylist(), quarantined["offset"].to_pylist(), strict=True))
     result = {
         "rows": len(key_list), "expected_rows": valid,
         "rows_exact": len(key_list) == len(set(key_list)) and set(key_list) == expected_keys,
-        "duckdb_exact": duck_count == duck_distinct == valid,
-        "quarantined": quarantined.num_rows, "expected_quarantined": produced - valid,
+        "duckdb_exact": duck_count == duck_distinct == valid, "expected_quarantined": produced - valid,
     }  # fmt: skip
-    result["quarantine_exact"] = len(set(positions)) == len(positions) == result["expected_quarantined"]
+    try:
+        quarantined = DeltaTable(str(quarantine)).to_pyarrow_table(columns=["partition", "offset"])
+    except Exception as e:  # an unreadable quarantine table is a failed check, reported with the rest
+        result.update(quarantined=f"unreadable: {str(e).splitlines()[0]}", quarantine_exact=False)
+    else:
+        positions = list(zip(quarantined["partition"].to_pylist(), quarantined["offset"].to_pylist(), strict=True))
+        result["quarantined"] = quarantined.num_rows
+        result["quarantine_exact"] = len(set(positions)) == len(positions) == result["expected_quarantined"]
 
     history = DeltaTable(str(table)).history()
     # Every vacuum logs VACUUM START before it deletes anything, so no file removed after the last
@@ -215,7 +223,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--minutes", type=float, default=30)
     p.add_argument("--rate", type=int, default=1000, help="records produced per second")
-    p.add_argument("--retention-min", type=float, default=5.0, help="vacuum retention (minutes, forced)")
+    p.add_argument("--retention-hours", type=int, default=1, help="vacuum retention (whole hours, forced)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = p.parse_args()
@@ -223,7 +231,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-chaos-"))
     broker = KafkaBroker(work / "kafka").start()
     broker.create_topic(TOPIC, 4)
-    table, retention_h = work / "lineorder", args.retention_min / 60
+    table, retention_h = work / "lineorder", args.retention_hours
     base = [
         "--set=source.kind=kafka", f"--set=source.kafka.bootstrap_servers={broker.bootstrap}",
         f'--set=source.kafka.topics=["{TOPIC}"]', f"--set=table.path={table}", "--set=metrics.port=0",
@@ -285,7 +293,7 @@ def main() -> None:
         for s in services:
             s.terminate()
         broker.stop()
-    result = check(table, Path(str(table) + "_quarantine"), produced, args.retention_min * 60, base)
+    result = check(table, Path(str(table) + "_quarantine"), produced, args.retention_hours * 3600, base)
     on_disk, live = disk_factor(table)
     second_half = [d / lv for t, d, lv in factors if t >= args.minutes * 30 and lv]
     result.update(disk_bytes=on_disk, live_bytes=live, disk_factor_end=on_disk / max(live, 1),
@@ -305,20 +313,20 @@ def report(args: argparse.Namespace, r: dict) -> None:
     ok = r["rows_exact"] and r["duckdb_exact"] and r["quarantine_exact"] and not r["travel_failures"]
     ok = ok and not r["index_problems"]
     command = (f"python bench/chaos.py --minutes {args.minutes:g} --rate {args.rate} "
-               f"--retention-min {args.retention_min:g} --seed {args.seed}")  # fmt: skip
+               f"--retention-hours {args.retention_hours} --seed {args.seed}")  # fmt: skip
     section = (
         "## Chaos: stream, two compactors, index syncs and vacuum, killed at random\n\n"
         f"`{command}` — {r['produced']:,} records produced to a local Apache Kafka topic at {args.rate}/s "
         f"(one in {MALFORMED_EVERY} malformed) while {r['kills']} SIGKILLs (whole process groups) hit random "
         "processes, each restarted by a supervisor; vacuum retention "
-        f"{args.retention_min:g} min (forced), 2 cores.\n\n"
+        f"{args.retention_hours} h (forced), 2 cores.\n\n"
         "| process | starts | SIGKILLs | exits (code: count) |\n|---|---:|---:|---|\n"
         + rows
         + "\n\n| check | result |\n|---|---|\n"
         f"| rows in the table (delta-rs) | {r['rows']:,} of {r['expected_rows']:,}, "
         f"{'each exactly once' if r['rows_exact'] else '**NOT exact**'} |\n"
         f"| DuckDB | {'same rows, no duplicates' if r['duckdb_exact'] else '**differs**'} |\n"
-        f"| quarantined | {r['quarantined']:,} of {r['expected_quarantined']:,} |\n"
+        f"| quarantined | {_count(r['quarantined'])} of {r['expected_quarantined']:,} |\n"
         f"| time travel within retention | {r['travel_ok']} of {r['travel_versions']} versions read exactly"
         f"{'; failures: ' + '; '.join(r['travel_failures']) if r['travel_failures'] else ''} |\n"
         f"| index vs log | {'equal' if not r['index_problems'] else r['index_problems']} |\n"

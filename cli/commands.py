@@ -111,12 +111,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
 def vacuum(args: argparse.Namespace, config: Config) -> int:
     """``lakecluster vacuum``: the table and its quarantine table; ``--dry-run`` lists only."""
-    from lakecluster.compaction.vacuum import vacuum_all
+    from lakecluster.compaction.vacuum import check_whole_hours, vacuum_all
     from lakecluster.config import MIN_RETENTION_HOURS
     from lakecluster.spark import get_session
 
     open_table(config.table.path)  # a missing table is an error before Spark starts
     hours = config.vacuum.retention_hours if args.retention is None else args.retention
+    check_whole_hours(hours)
     force = args.force or config.vacuum.force
     if hours < MIN_RETENTION_HOURS and not force:
         raise LakeclusterError(

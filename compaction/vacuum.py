@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from lakecluster import metrics, storage
 from lakecluster.config import Config
-from lakecluster.errors import TableNotFoundError
+from lakecluster.errors import RetentionError, TableNotFoundError
 from lakecluster.table import open_table, table_exists
 from lakecluster.uris import join, normalize
 
@@ -43,6 +43,7 @@ def vacuum(spark: SparkSession, table_uri: str, *, retention_hours: float, force
            dry_run: bool = False) -> VacuumReport:  # fmt: skip
     """VACUUM one table (``spark`` should be a session of its own: settings are changed on it)."""
     uri = normalize(table_uri)
+    check_whole_hours(retention_hours)
     if not table_exists(uri):
         raise TableNotFoundError(uri)
     started = time.monotonic()
@@ -67,6 +68,15 @@ def vacuum(spark: SparkSession, table_uri: str, *, retention_hours: float, force
     log.info("vacuum %s (retain %gh)%s: %d file(s), %.1f MB in %.1fs", uri, retention_hours,
              " dry run" if dry_run else "", report.files, report.bytes / 1e6, report.seconds)  # fmt: skip
     return report
+
+
+def check_whole_hours(retention_hours: float) -> None:
+    """Delta's VACUUM rounds its retention to whole hours (``math.round``): 0.4 h would become 0 and
+    delete files that a concurrent writer committed after the vacuum read the table. A fractional
+    retention is refused rather than silently shortened or lengthened."""
+    if retention_hours < 0 or retention_hours != int(retention_hours):
+        raise RetentionError(f"the vacuum retention must be a whole number of hours >= 0, got {retention_hours:g} "
+                             "(Delta's VACUUM rounds it to whole hours: 0.4 h would become 0)")
 
 
 def _deleted(uri: str, before: int) -> tuple[int, int]:

@@ -72,6 +72,10 @@ class FatalServiceError(LakeclusterError):
     """A service met a fault that retrying cannot fix; it stops with a non-zero exit code."""
 
 
+class RetentionError(LakeclusterError):
+    """A vacuum retention Delta cannot honour exactly (not a whole number of hours)."""
+
+
 class SketchStoreError(LakeclusterError):
     """A persisted boundary-sketch file is missing, unreadable or inconsistent."""
 

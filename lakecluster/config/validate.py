@@ -62,6 +62,10 @@ def validate(config: Config) -> None:
     if v.interval_s < 0:
         raise ConfigError("vacuum.interval_s", "must be >= 0 (0 turns the scheduled vacuum off)")
     _positive("vacuum.retention_hours", v.retention_hours)
+    if v.retention_hours != int(v.retention_hours):
+        raise ConfigError("vacuum.retention_hours", f"must be a whole number of hours, got {v.retention_hours:g} "
+                                                    "(Delta's VACUUM rounds the retention to whole hours: 0.4 would "
+                                                    "become 0 and delete files a concurrent writer just committed)")
     if v.retention_hours < MIN_RETENTION_HOURS and not v.force:
         raise ConfigError(
             "vacuum.retention_hours",

@@ -4,7 +4,7 @@ travel to every version within retention still reads the right rows, with two re
 from __future__ import annotations
 
 import json
-import time
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.vacuum import vacuum
+from lakecluster.errors import ConfigError, RetentionError
 from tests.compaction.test_compaction import fill, generator_config, row_multiset
 from tests.conftest import duckdb_connection
 
@@ -34,46 +35,62 @@ def tombstones(table: Path) -> dict[str, int]:
     return out
 
 
+def age_first_versions(table: Path, last_version: int, hours: float) -> None:
+    """Move versions 0..``last_version`` ``hours`` into the past: their removals' timestamps in the
+    log and the modification times of the data files they name (Delta's VACUUM looks at both)."""
+    shift_ms = int(hours * 3600 * 1000)
+    paths = set()
+    for version in range(last_version + 1):
+        entry = table / "_delta_log" / f"{version:020d}.json"
+        actions = [json.loads(line) for line in entry.read_text().splitlines()]
+        for action in actions:
+            if "remove" in action:
+                action["remove"]["deletionTimestamp"] -= shift_ms
+                paths.add(action["remove"]["path"])
+            if "add" in action:
+                paths.add(action["add"]["path"])
+        entry.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    for path in paths:
+        file = table / path
+        if file.exists():
+            old = file.stat().st_mtime - hours * 3600
+            os.utime(file, (old, old))
+
+
 def test_time_travel_within_retention_survives_vacuum_and_older_files_are_gone(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     first = generator_config(table, rows=6_000, per_batch=3_000, **{"table.partition_by": "[]"})
     fill(spark, first)
     assert {r.result for r in Compactor(first, spark=spark).run_once()} == {"committed"}
-    first_removal_done = time.time()
+    first_compaction = DeltaTable(str(table)).version()
     removed_early = set(tombstones(table))
     assert removed_early, "the first compaction should have replaced files"
 
-    time.sleep(3)
     second = generator_config(table, rows=12_000, per_batch=3_000, **{"table.partition_by": "[]",
                                                                       "source.generator.seed": "7"})  # fmt: skip
     fill(spark, second)
-    second_removal_start = time.time()
     assert {r.result for r in Compactor(second, spark=spark).run_once()} == {"committed"}
+    removed_late = set(tombstones(table)) - removed_early
+    assert removed_late, "the second compaction should have replaced files"
     latest = DeltaTable(str(table)).version()
+    assert not list((table / "_delta_log").glob("*.checkpoint.parquet")), "removals must be read from the JSON log"
+    # Everything up to the first compaction happened three hours ago; the rest just now.
+    age_first_versions(table, first_compaction, hours=3)
     expected = {v: rows_at(table, v) for v in range(latest + 1)}  # every version reads before vacuum
     files_of = {v: {Path(u).name for u in DeltaTable(str(table), version=v).file_uris()} for v in expected}
     present_before = {p.name for p in table.glob("part-*.parquet")}
 
-    # A retention between the two compactions: the first one's removals are older, the second's newer.
-    now = time.time()
-    retention_s = (now - first_removal_done + now - second_removal_start) / 2
-    assert second_removal_start - first_removal_done > 6, "too little time between the compactions to tell them apart"
-    report = vacuum(spark.newSession(), str(table), retention_hours=retention_s / 3600, force=True)
+    report = vacuum(spark.newSession(), str(table), retention_hours=2, force=True)
 
     present = {p.name for p in table.glob("part-*.parquet")}
     deleted = present_before - present
     assert report.files == len(deleted)
-    assert removed_early <= deleted, "files removed before the retention period must go"
-    # Delta's rule: a file goes only when a commit removed it longer than the retention ago (the
-    # vacuum's own start, logged as VACUUM START, bounds "now" from above).
-    started_ms = next(h["timestamp"] for h in DeltaTable(str(table)).history() if h["operation"] == "VACUUM START")
-    removed_at = tombstones(table)
-    assert deleted <= set(removed_at), "a live file was deleted"
-    cutoff_ms = started_ms - retention_s * 1000
-    assert all(removed_at[p] <= cutoff_ms for p in deleted), "a file removed within the retention period went"
+    # Delta's rule: a file goes only when a commit removed it longer than the retention ago.
+    assert deleted == {Path(p).name for p in removed_early}, "exactly the files removed before the retention period"
+    assert not deleted & {Path(p).name for p in removed_late}, "a file removed within the retention period went"
     # Time travel: every version whose files are all kept reads exactly what it read before.
     intact = [v for v in expected if files_of[v] <= present]
-    assert latest in intact
+    assert latest in intact and first_compaction + 1 in intact
     for version in intact:
         assert rows_at(table, version) == expected[version], f"time travel to version {version} changed"
     for version in set(expected) - set(intact):
@@ -81,3 +98,16 @@ def test_time_travel_within_retention_survives_vacuum_and_older_files_are_gone(s
             DeltaTable(str(table), version=version).to_pyarrow_table()
     count = duckdb_connection().execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone()
     assert count == (sum(expected[latest].values()),)
+
+
+def test_a_fractional_retention_is_refused_because_delta_rounds_it(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Delta rounds ``RETAIN 0.4 HOURS`` to 0: every file not in the vacuum's snapshot would go,
+    including what a concurrent writer has just committed."""
+    table = tmp_path / "t"
+    config = generator_config(table, rows=2_000, per_batch=1_000, **{"table.partition_by": "[]"})
+    fill(spark, config)
+    with pytest.raises(RetentionError, match="whole number of hours"):
+        vacuum(spark.newSession(), str(table), retention_hours=0.4, force=True)
+    with pytest.raises(ConfigError, match=r"vacuum\.retention_hours"):
+        generator_config(table, rows=1, per_batch=1, **{"vacuum.retention_hours": "0.5", "vacuum.force": "true"})
+    assert DeltaTable(str(table)).history(1)[0]["operation"] != "VACUUM START", "nothing ran"

@@ -70,6 +70,12 @@ def test_stream_compact_and_explain_on_an_s3_table(s3: S3Server, s3_prefix: str,
     keys = DeltaTable(uri, storage_options=s3.storage_options()).to_pyarrow_table(columns=["lo_orderkey"])
     assert sorted(keys.column("lo_orderkey").to_pylist()) == list(range(ROWS))
 
+    status = cli("--json", "status")
+    assert status.returncode == 0, status.stderr[-3000:]
+    seen = json.loads(status.stdout)
+    assert seen["rows"] == ROWS and seen["files"] == len(live)
+    assert seen["vacuum"]["last_run"] is not None and seen["compaction"]["last_rewrite"] is not None
+
 
 def test_kafka_stream_with_quarantine_checkpoint_and_sketches_on_s3(
     s3: S3Server, s3_prefix: str, broker: KafkaBroker, tmp_path: Path
