@@ -50,6 +50,9 @@ def vacuum(spark: SparkSession, table_uri: str, *, retention_hours: float, force
     report = VacuumReport(uri, retention_hours, dry_run)
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false" if force else "true")
     spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
+    # Delta 4 ignores ``RETAIN n HOURS`` unless n is 0 (the table's delta.deletedFileRetentionDuration
+    # applies instead); lakecluster's retention is the configured one.
+    spark.conf.set("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", "false")
     statement = f"VACUUM delta.`{uri}` RETAIN {retention_hours:g} HOURS" + (" DRY RUN" if dry_run else "")
     if dry_run:
         report.paths = sorted(r[0] for r in spark.sql(statement).collect())
