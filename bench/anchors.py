@@ -31,30 +31,14 @@ sys.path.insert(0, str(REPO))
 
 from bench.ingest import write_section  # noqa: E402
 from bench.skipping import COLUMNS, lakecluster_compactor, make_table, write_random_files  # noqa: E402
+from tests.spark_scans import files_scanned  # noqa: E402 - the counting the interop test uses
 
 
 def scan_files(spark: Any, sql: str) -> int:
     """Files Spark's file scans read for ``sql`` (their ``numFiles`` metric, summed over the plan)."""
     frame = spark.sql(sql)
     frame.collect()
-    files = 0
-
-    def walk(node: Any) -> None:
-        nonlocal files
-        metric = node.metrics().get("numFiles")
-        if metric.isDefined():
-            files += int(metric.get().value())
-        kind = node.getClass().getSimpleName()
-        if kind == "AdaptiveSparkPlanExec":
-            walk(node.finalPhysicalPlan())
-        elif kind.endswith("QueryStageExec"):
-            walk(node.plan())
-        children = node.children()
-        for i in range(children.size()):
-            walk(children.apply(i))
-
-    walk(frame._jdf.queryExecution().executedPlan())
-    return files
+    return files_scanned(frame)
 
 
 def queries(table: pa.Table, seed: int = 5) -> list[tuple[str, str, str]]:

@@ -18,6 +18,7 @@ from lakecluster.ssb import SSB_COLUMNS
 from lakecluster.stream.generator import GeneratorSettings, generate
 from tests.compaction.test_compaction import fill, generator_config
 from tests.conftest import duckdb_connection, read_delta
+from tests.spark_scans import files_scanned
 
 pytestmark = pytest.mark.integration
 
@@ -26,24 +27,7 @@ def files_read(spark, sql: str) -> tuple[int, int]:  # type: ignore[no-untyped-d
     """(rows, files the scan read) of ``sql``, from Spark's own scan metrics."""
     frame = spark.sql(sql)
     rows = frame.collect()
-    files = 0
-
-    def walk(node: Any) -> None:
-        nonlocal files
-        metric = node.metrics().get("numFiles")  # a file scan's "number of files read"
-        if metric.isDefined():
-            files += int(metric.get().value())
-        kind = node.getClass().getSimpleName()
-        if kind == "AdaptiveSparkPlanExec":
-            walk(node.finalPhysicalPlan())
-        elif kind.endswith("QueryStageExec"):
-            walk(node.plan())
-        children = node.children()
-        for i in range(children.size()):
-            walk(children.apply(i))
-
-    walk(frame._jdf.queryExecution().executedPlan())
-    return int(rows[0][0]), files
+    return int(rows[0][0]), files_scanned(frame)
 
 
 def test_a_delta_spark_append_during_compaction_loses_nothing_and_spark_sql_reads_the_rewrite(  # type: ignore[no-untyped-def]

@@ -35,8 +35,7 @@ def test_stream_and_compaction_run_on_a_standalone_cluster(
     uri = f"{s3_prefix.rstrip('/')}/lineorder"
     settings = {
         **SMALL, "table.path": uri, "table.partition_by": "[]", "spark.master": cluster.master_url,
-        "storage.s3_endpoint": s3.endpoint, "storage.s3_region": s3.region,
-        "storage.s3_access_key_id": s3.access_key, "storage.s3_secret_access_key": s3.secret_key,
+        **s3.lakecluster_settings(),
         "source.generator.max_rows": str(ROWS), "source.generator.max_rows_per_trigger": "2000",
         "source.generator.partitions": "2", "stream.max_records_per_file": "250",
     }  # fmt: skip

@@ -27,8 +27,7 @@ def test_stream_compact_and_explain_on_an_s3_table(s3: S3Server, s3_prefix: str,
     uri = f"{s3_prefix.rstrip('/')}/lineorder"
     settings = {
         **SMALL, "table.path": uri, "table.partition_by": "[]",
-        "storage.s3_endpoint": s3.endpoint, "storage.s3_region": s3.region,
-        "storage.s3_access_key_id": s3.access_key, "storage.s3_secret_access_key": s3.secret_key,
+        **s3.lakecluster_settings(),
         "source.generator.max_rows": str(ROWS), "source.generator.max_rows_per_trigger": "2000",
         "stream.max_records_per_file": "400",
     }  # fmt: skip
@@ -86,8 +85,7 @@ def test_kafka_stream_with_quarantine_checkpoint_and_sketches_on_s3(
     broker.produce(topic, [(r.partition, r.value) for r in records])
     uri = f"{s3_prefix.rstrip('/')}/orders"
     config = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=uri)  # type: ignore[arg-type]
-    settings = {"storage.s3_endpoint": s3.endpoint, "storage.s3_region": s3.region, "metrics.port": "0",
-                "storage.s3_access_key_id": s3.access_key, "storage.s3_secret_access_key": s3.secret_key}  # fmt: skip
+    settings = {**s3.lakecluster_settings(), "metrics.port": "0"}
     command = lakecluster_cmd("--config", str(config), *[f"--set={k}={v}" for k, v in settings.items()],
                               "stream", "--available-now")  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=subprocess_env(), timeout=600)

@@ -49,8 +49,7 @@ def test_two_jvms_appending_at_once_lose_no_commit(s3, s3_prefix: str, tmp_path:
     uri = f"{s3_prefix.rstrip('/')}/racers"
     schema = pa.schema([("writer", pa.string()), ("round", pa.int32()), ("j", pa.int32())])
     write_deltalake(uri, schema.empty_table(), storage_options=s3.storage_options())
-    storage = {"s3_endpoint": s3.endpoint, "s3_region": s3.region, "s3_access_key_id": s3.access_key,
-               "s3_secret_access_key": s3.secret_key}  # fmt: skip
+    storage = s3.storage_settings()
     logstore = os.environ.get("S3_WRITERS_LOGSTORE", "")  # only to show what Delta's own store does
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKECLUSTER_")}
     env["PYTHONPATH"] = str(REPO)

@@ -148,6 +148,15 @@ class S3Server:
     def create_bucket(self, name: str) -> None:
         self.filesystem(allow_bucket_creation=True).create_dir(name)
 
+    def storage_settings(self) -> dict[str, str]:
+        """lakecluster's ``[storage]`` keys for this server (without the ``storage.`` prefix)."""
+        return {"s3_endpoint": self.endpoint, "s3_region": self.region, "s3_access_key_id": self.access_key,
+                "s3_secret_access_key": self.secret_key}  # fmt: skip
+
+    def lakecluster_settings(self) -> dict[str, str]:
+        """The same as ``--set`` overrides: ``storage.<key>``."""
+        return {f"storage.{k}": v for k, v in self.storage_settings().items()}
+
     def storage_options(self) -> dict[str, str]:
         """delta-rs / object_store options for this server, conditional puts on."""
         return {
