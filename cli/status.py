@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lakecluster.compaction.planner import clustering_depth, plan, snapshot_files
+from lakecluster.compaction.planner import clustering_depth, plan_files, snapshot_files
 from lakecluster.config import Config
 from lakecluster.errors import LakeclusterError
 from lakecluster.index.store import IndexStore
@@ -48,7 +48,7 @@ def table_status(config: Config, *, lag_timeout_s: float = 5.0) -> dict[str, Any
         "file_bytes": _percentiles(sizes),
     }
 
-    pending = plan(table, config.table.partition_by, cfg)
+    pending = plan_files(files, version, cfg)  # the files already read, not a second log read
     out["compaction"] = {
         "pending_groups": len(pending.groups),
         "pending_bytes": sum(g.bytes for g in pending.groups),

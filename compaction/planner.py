@@ -107,7 +107,12 @@ def snapshot_files(table: DeltaTable, partition_by: Sequence[str]) -> tuple[list
 
 def plan(table: DeltaTable, partition_by: Sequence[str], cfg: CompactionConfig) -> Plan:
     files, _ = snapshot_files(table, partition_by)
-    result = Plan(table.version(), files_total=len(files), bytes_total=sum(f.size for f in files))
+    return plan_files(files, table.version(), cfg)
+
+
+def plan_files(files: Sequence[DataFile], version: int, cfg: CompactionConfig) -> Plan:
+    """The plan for the live ``files`` of ``version`` (already read from the log)."""
+    result = Plan(version, files_total=len(files), bytes_total=sum(f.size for f in files))
     by_partition: dict[tuple, list[DataFile]] = defaultdict(list)
     for f in files:
         by_partition[f.partition].append(f)
