@@ -192,10 +192,7 @@ class StreamSink:
          .option("maxRecordsPerFile", self.config.stream.max_records_per_file)
          .save(self.spec.uri))  # fmt: skip
         self.table.update_incremental()
-        if self.table.version() == before:
-            return 0
-        metrics = self.table.history(1)[0].get("operationMetrics") or {}
-        return int(metrics.get("numFiles", 0) or 0)
+        return files_written(self.table, before, meta)
 
     def _sync_index(self) -> None:
         """``index.sync_after_stream``: the index follows every commit. A failure is logged, never
@@ -221,10 +218,23 @@ class StreamSink:
             self.on_batch(report)
 
 
+def files_written(table: DeltaTable, before: int, meta: str) -> int:
+    """Data files added by the commit carrying ``meta`` among the versions after ``before``.
+
+    Found by its metadata, not as the newest commit: a compactor may commit right after the
+    stream's write, and a write Delta skipped as already committed has no commit at all (0).
+    """
+    newer = table.version() - before
+    for entry in table.history(newer) if newer > 0 else []:
+        if entry.get("userMetadata") == meta:
+            return int((entry.get("operationMetrics") or {}).get("numFiles", 0) or 0)
+    return 0
+
+
 def _json(offsets: str | None) -> object:
     import json
 
     return json.loads(offsets) if offsets else None
 
 
-__all__ = ["BatchReport", "StreamSink", "TaskSummary", "table_spec"]
+__all__ = ["BatchReport", "StreamSink", "TaskSummary", "files_written", "table_spec"]
