@@ -53,17 +53,10 @@ MALFORMED_EVERY = 500
 
 def json_values(start: int, n: int) -> list[bytes]:
     """Records ``start .. start+n`` of the generator as JSON; every 500th offset is malformed."""
-    from lakecluster.ssb import SSB_COLUMNS
-    from lakecluster.stream.generator import GeneratorSettings, generate
+    from lakecluster.config import load_config
+    from lakecluster.stream.produce import json_values as generator_json
 
-    batch = generate(start, start + n, GeneratorSettings(), SSB_COLUMNS)
-    revenue = batch.schema.get_field_index("lo_revenue")
-    batch = batch.set_column(revenue, "lo_revenue", batch.column(revenue).cast("string"))  # exact decimals
-    frame = batch.to_pandas()
-    frame["lo_orderdate"] = frame["lo_orderdate"].astype(str)
-    frame["event_time"] = frame["event_time"].dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    lines = frame.to_json(orient="records", lines=True).splitlines()
-    return [b"{not json" if (start + i) % MALFORMED_EVERY == 0 else line.encode() for i, line in enumerate(lines)]
+    return generator_json(load_config(None), start, n, MALFORMED_EVERY)
 
 
 @dataclass

@@ -26,6 +26,21 @@ def _serve_metrics(config: Config) -> None:
         ) from None
 
 
+def _reloader(args: argparse.Namespace) -> Any:
+    """The compactor's view of the configuration as it is now: the same file, environment and flags."""
+    from lakecluster.compaction.reload import ThresholdReloader
+    from lakecluster.config import load_config, parse_overrides
+
+    return ThresholdReloader(lambda: load_config(args.config, overrides=parse_overrides(args.set)), args.config)
+
+
+def _on_sighup(reload: Any) -> None:
+    """SIGHUP re-reads the compaction thresholds (docs/operations.md, "Changing thresholds")."""
+    import signal
+
+    signal.signal(signal.SIGHUP, lambda *_: reload())
+
+
 def stream(args: argparse.Namespace, config: Config) -> int:
     """``lakecluster stream``: ingest until stopped (checks run in ``StreamJob.run`` before Spark)."""
     from lakecluster.stream.job import StreamJob, install_signal_handlers, progress_printer
@@ -60,6 +75,8 @@ def compact(args: argparse.Namespace, config: Config) -> int:
         return 0
     _serve_metrics(config)
     install_signal_handlers(compactor, what="group")
+    compactor.reloader = _reloader(args)
+    _on_sighup(compactor.request_reload)
     if args.once:
         results = compactor.run_once()
         for res in results:
@@ -90,8 +107,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     spark = get_session(config.spark, config.storage, s3=config.uses_s3)
     job = StreamJob(config, spark=spark, max_batches=args.max_batches,
                     on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
-    compactor = BackgroundCompactor(config, spark, on_failure=lambda _: job.request_stop())
+    compactor = BackgroundCompactor(config, spark, on_failure=lambda _: job.request_stop(), reloader=_reloader(args))
     job.on_started = compactor.start
+    _on_sighup(compactor.request_reload)
     install_signal_handlers(job)
     print(f"lakecluster run: {config.source.kind} -> {config.table.path}, compacting every "
           f"{config.compaction.interval_s:g}s (Ctrl-C stops both)", flush=True)  # fmt: skip
@@ -214,4 +232,32 @@ def status(args: argparse.Namespace, config: Config) -> int:
 
     data = table_status(config, lag_timeout_s=args.lag_timeout)
     emit(data, format_text(data), args.output)
+    return 0
+
+
+def produce(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster produce``: generator records as JSON into ``source.kafka.topics[0]`` until stopped."""
+    import signal
+    import threading
+
+    from lakecluster.stream.kafka import consumer, partitions
+    from lakecluster.stream.produce import produce as send
+
+    if config.source.kind != "kafka" or not config.source.kafka.topics:
+        raise LakeclusterError("produce needs source.kind = \"kafka\" and source.kafka.topics (the topic to fill)")
+    if args.rate <= 0:
+        raise LakeclusterError(f"--rate must be a positive number of records per second, got {args.rate}")
+    client = consumer(config.source.kafka)  # an unreachable broker or a missing topic: one line, now
+    try:
+        partitions(config.source.kafka, client)
+    finally:
+        client.close()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    topic = config.source.kafka.topics[0]
+    print(f"lakecluster produce: {args.rate:,} records/s -> {config.source.kafka.bootstrap_servers} {topic} "
+          "(Ctrl-C stops)", flush=True)  # fmt: skip
+    sent = send(config, rate=args.rate, records=args.records, malformed_every=args.malformed_every, stop=stop)
+    emit({"records": sent, "topic": topic}, f"lakecluster produce: {sent:,} records sent to {topic}", args.output)
     return 0

@@ -33,6 +33,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "index": commands.index,
     "explain": commands.explain,
     "status": commands.status,
+    "produce": commands.produce,
 }
 
 
@@ -47,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set table.path=/data/t (repeatable)")  # fmt: skip
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="json: one JSON object per log line, for log shippers")  # fmt: skip
     p.add_argument("--debug", action="store_true", help="show the full trace of a failure")
     _output_options(p)
     p.set_defaults(output="text")
@@ -89,6 +92,12 @@ def parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="one screen about the table: files, clustering, index, compaction, vacuum, lag")
     st.add_argument("--lag-timeout", type=float, default=5.0, metavar="SECONDS",
                     help="how long to wait for the brokers when measuring consumer lag (default 5)")  # fmt: skip
+
+    pr = sub.add_parser("produce", help="send the built-in generator's records as JSON to the Kafka topic (demos)")
+    pr.add_argument("--rate", type=int, default=1000, help="records per second (default 1000)")
+    pr.add_argument("--records", type=int, default=0, help="stop after this many (default 0: until stopped)")
+    pr.add_argument("--malformed-every", type=int, default=0, metavar="N",
+                    help="make every N-th record malformed, to see the quarantine work (default 0: none)")  # fmt: skip
     return p
 
 
@@ -121,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.print_help(sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
     try:
         overrides = parse_overrides(args.set)
         if args.debug:  # the JVM's own reports too, unless the configuration says otherwise
@@ -141,6 +153,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         return _fail(args, e, f"unexpected {type(e).__name__}: {_first_line(str(e))} (run with --debug for the trace)",
                      1)  # fmt: skip
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (UTC, ISO 8601), level, logger, message, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import datetime
+        import json
+
+        data = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, ensure_ascii=False)
 
 
 def entry() -> NoReturn:

@@ -24,17 +24,20 @@ from pyspark.sql import SparkSession
 
 from lakecluster import metrics, storage
 from lakecluster.compaction.commit import commit_rewrite
+from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, clustering_depth, plan, snapshot_files
+from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.errors import CompactionConflictError, FatalServiceError, LakeclusterError, NoBoundariesError
 from lakecluster.faults import crash_point, pause_point
+from lakecluster.health import HEALTH
 from lakecluster.index.ranges import clustering_ranges
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout
-from lakecluster.retry import Backoff, classify, first_line
+from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
@@ -60,6 +63,20 @@ class _Stopped(Exception):
     """The rewrite in flight was cancelled by a stop request."""
 
 
+HEALTH_NAME = "compactor"
+GROUP_RESULTS = ("committed", "conflict", "skipped", "abandoned", "failed")  # lakecluster_compaction_groups_total
+
+
+def thresholds(config: Config) -> dict[str, str]:
+    """The compaction settings a user tunes, as the labels of ``lakecluster_compaction_thresholds_info``."""
+    c = config.compaction
+    return {"target_file_bytes": str(c.target_file_bytes), "min_file_bytes": str(c.min_file_bytes),
+            "max_group_bytes": str(c.max_group_bytes), "merge_fanout": str(c.merge_fanout),
+            "max_generation": str(c.max_generation), "max_groups_per_run": str(c.max_groups_per_run),
+            "min_input_files": str(c.min_input_files),
+            "curve": c.curve, "interval_s": f"{c.interval_s:g}"}  # fmt: skip
+
+
 class Compactor:
     def __init__(self, config: Config, *, spark: SparkSession | None = None) -> None:
         self.config = config
@@ -72,9 +89,20 @@ class Compactor:
         self._shared_spark = spark
         self._spark: SparkSession | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends the wait between rounds early: a stop or a reload
+        self.reloader: ThresholdReloader | None = None
         self._busy = threading.Event()
         self._job_group: str | None = None
         self.last_vacuum: float | None = None  # the first round vacuums
+        self.monitor = TableMonitor(config)
+        HEALTH.register(HEALTH_NAME)
+        metrics.COMPACTION_THRESHOLDS.info(thresholds(config))
+        # Every labelled series exists from the start, so rates and sums over them work at 0.
+        for result in GROUP_RESULTS:
+            metrics.COMPACTION_GROUPS.labels(result)
+        for kind in FAULT_KINDS:
+            metrics.SERVICE_FAILURES.labels(HEALTH_NAME, kind)
+        metrics.SERVICE_RESTARTS.labels(HEALTH_NAME)
 
     @property
     def spark(self) -> SparkSession:
@@ -90,6 +118,7 @@ class Compactor:
     def request_stop(self) -> None:
         """Stop after the group in flight, or cancel it after ``compaction.stop_timeout_s``."""
         self._stop.set()
+        self._wake.set()
         threading.Thread(target=self._cancel_after_timeout, daemon=True, name="lakecluster-compact-stop").start()
 
     def _cancel_after_timeout(self) -> None:
@@ -104,6 +133,19 @@ class Compactor:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def request_reload(self) -> None:
+        """Re-read the configuration before the next round, starting it now if idle (SIGHUP)."""
+        if self.reloader is not None:
+            self.reloader.request()
+            self._wake.set()
+
+    def _maybe_reload(self) -> None:
+        if self.reloader is None or not self.reloader.due():
+            return
+        self.config = self.reloader.reload(self.config)
+        self.monitor.config = self.config
+        metrics.COMPACTION_THRESHOLDS.info(thresholds(self.config))
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -156,14 +198,21 @@ class Compactor:
         self.sync_index()
         the_plan = self.plan()
         metrics.PENDING_GROUPS.set(len(the_plan.groups))
+        metrics.PENDING_BYTES.set(sum(g.bytes for g in the_plan.groups))
+        metrics.COMPACTION_GROUPS_PLANNED.inc(len(the_plan.groups))
         sketches = self.sketches() if the_plan.groups else None
         results = []
         for group in the_plan.groups:
             if self.stopping:
                 break
             assert sketches is not None
-            results.append(self.compact_group(group, sketches))
-        self.observe_table(sketches)
+            try:
+                results.append(self.compact_group(group, sketches))
+            except Exception:
+                metrics.COMPACTION_GROUPS.labels("failed").inc()
+                raise
+        self.monitor.observe()
+        metrics.COMPACTION_LAST_SUCCESS.set(time.time())
         return results
 
     def _inputs_live(self, group: Group) -> bool:
@@ -202,6 +251,7 @@ class Compactor:
             "levels": ",".join(map(str, layout.levels)), "boundary_version": str(sketches.delta_version),
             "generation": str(group.generation), "run": run_id, "reason": group.reason,
         }  # fmt: skip
+        metrics.COMPACTION_COMMIT_ATTEMPTS.inc()
         try:
             result = commit_rewrite(self.spark, self.spec.uri, group, written, metadata=meta,
                                     zorder_by=self.config.table.clustering_columns)  # fmt: skip
@@ -249,22 +299,6 @@ class Compactor:
         k = self.config.sketches.boundaries
         return sum(clustering_depth(actions, paths, sketches, c, k) for c in cols) / len(cols)
 
-    def observe_table(self, sketches: BoundarySketches | None) -> None:
-        files, _ = snapshot_files(self.table, self.spec.partition_by)
-        metrics.TABLE_VERSION.set(self.table.version())
-        metrics.TABLE_FILES.set(len(files))
-        metrics.TABLE_BYTES.set(sum(f.size for f in files))
-        if sketches is None:
-            try:
-                sketches = self.sketches()
-            except NoBoundariesError:
-                return
-        paths = [f.path for f in files]
-        ranges = self.ranges()
-        for c in self.config.table.clustering_columns:
-            metrics.FILES_SCANNED.labels(c).set(clustering_depth(ranges, paths, sketches, c,
-                                                                 self.config.sketches.boundaries))  # fmt: skip
-
     # -- the service --------------------------------------------------------------------------
 
     def maybe_vacuum(self) -> None:
@@ -276,16 +310,27 @@ class Compactor:
 
     def run_forever(self) -> None:
         """Rounds every ``compaction.interval_s`` until stopped; raises FatalServiceError for good."""
-        interval = self.config.compaction.interval_s
         backoff = Backoff(self.config.retry)
+        self.monitor.start()
+        try:
+            self._rounds(backoff)
+        finally:
+            self.monitor.stop()
+
+    def _rounds(self, backoff: Backoff) -> None:
         while not self.stopping:
-            wait = interval
+            self._maybe_reload()
+            wait = self.config.compaction.interval_s
             try:
                 self.run_once()
                 self.maybe_vacuum()
+                HEALTH.ready(HEALTH_NAME)
                 if backoff.in_episode:
                     log.warning("compactor recovered after %.0fs", backoff.reset())
             except NoBoundariesError as e:
+                # Waiting for the stream's first sketches is a healthy state, not a failing round.
+                HEALTH.ready(HEALTH_NAME)
+                metrics.COMPACTION_LAST_SUCCESS.set(time.time())
                 log.info("waiting: %s", e)
             except Exception as e:
                 text = f"{type(e).__name__}: {e}"
@@ -293,6 +338,7 @@ class Compactor:
                 metrics.SERVICE_FAILURES.labels("compactor", kind).inc()
                 delay = backoff.next_delay(kind)
                 if delay is None:
+                    HEALTH.failed(HEALTH_NAME, f"{kind} fault: {first_line(text)}")
                     raise FatalServiceError(f"the compactor stopped for good ({kind} fault): {first_line(text)}") from e
                 if backoff.attempts == 1:
                     log.warning("compaction round failed (%s fault), retrying with backoff: %s", kind, first_line(text))
@@ -300,8 +346,8 @@ class Compactor:
                     log.info("compaction retry %d in %.1fs: %s", backoff.attempts, delay, first_line(text))
                 metrics.SERVICE_RESTARTS.labels("compactor").inc()
                 wait = delay
-            if self._stop.wait(wait):
-                break
+            self._wake.wait(wait)
+            self._wake.clear()
 
 
 class BackgroundCompactor:
@@ -312,10 +358,12 @@ class BackgroundCompactor:
     """
 
     def __init__(self, config: Config, spark: SparkSession | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None) -> None:  # fmt: skip
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 reloader: ThresholdReloader | None = None) -> None:  # fmt: skip
         self.config = config
         self.spark = spark
         self.on_failure = on_failure
+        self.reloader = reloader
         self.failure: BaseException | None = None
         self._compactor: Compactor | None = None
         self._stop = threading.Event()
@@ -324,6 +372,7 @@ class BackgroundCompactor:
     def _run(self) -> None:
         try:
             self._compactor = Compactor(self.config, spark=self.spark)
+            self._compactor.reloader = self.reloader
             if self._stop.is_set():
                 return
             self._compactor.run_forever()
@@ -334,6 +383,10 @@ class BackgroundCompactor:
 
     def start(self) -> None:
         self._thread.start()
+
+    def request_reload(self) -> None:
+        if self._compactor is not None:
+            self._compactor.request_reload()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Ask the compactor to stop (a rewrite in progress is abandoned) and wait for its thread."""

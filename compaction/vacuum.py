@@ -64,6 +64,7 @@ def vacuum(spark: SparkSession, table_uri: str, *, retention_hours: float, force
         before = open_table(uri).version()
         spark.sql(statement).collect()
         report.files, report.bytes = _deleted(uri, before)
+        metrics.VACUUM_RUNS.inc()
         metrics.VACUUM_FILES.inc(report.files)
         metrics.VACUUM_BYTES.inc(report.bytes)
         metrics.VACUUM_LAST_SUCCESS.set(time.time())

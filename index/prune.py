@@ -17,6 +17,7 @@ not on an integer/decimal column's grid are snapped (``x < 2.5`` on an int is ``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakecluster import metrics
 from lakecluster.errors import PredicateError, StatsIndexError
 from lakecluster.index import predicate as P
 from lakecluster.index.encoding import NAN_KEY, PREFIX_END, encode_value, exact_value, family, scale
@@ -298,6 +300,13 @@ def prune(table: IndexSpec | str, where: str, *, sync_first: bool = True) -> Pru
         sync(spec)
     elif not is_current(spec):
         raise StatsIndexError(f"the index of {spec.table_uri} is behind the table; run `lakecluster index sync`")
+    started = time.monotonic()
+    result = _prune(spec, where)
+    metrics.INDEX_PRUNE_SECONDS.observe(time.monotonic() - started)
+    return result
+
+
+def _prune(spec: IndexSpec, where: str) -> PruneResult:
     store = store_for(spec)
     manifest = store.manifest()
     if manifest is None:

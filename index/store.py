@@ -259,6 +259,11 @@ class IndexStore:
                 writer.write_table(rows.slice(start, end - start), row_group_size=self.row_group_rows)
         return name
 
+    def entries(self, manifest: Manifest) -> int:
+        """Rows (entries and tombstones) in the manifest's data files, from their footers."""
+        names = ([manifest.base] if manifest.base else []) + list(manifest.segments)
+        return sum(self._open(name).metadata.num_rows for name in names)
+
     def _open(self, name: str) -> pq.ParquetFile:
         return pq.ParquetFile(self.fs.open_input_file(f"{self.root}/{name}"))
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lakecluster import metrics
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.spec import IndexSpec, table_columns
 from lakecluster.index.stats import from_add_actions, from_log_actions, partition_keys, scan_nan_counts, tombstones
@@ -42,6 +43,11 @@ class SyncResult:
     seconds: float
     reason: str = ""
     published: bool = True  # False: a concurrent sync got there first (or this one was too slow)
+
+
+SYNC_MODES = ("current", "incremental", "rebuild")
+for _mode in SYNC_MODES:  # every series from the start: rates over them work at 0
+    metrics.INDEX_SYNC_SECONDS.labels(_mode)
 
 
 def store_for(spec: IndexSpec) -> IndexStore:
@@ -119,6 +125,12 @@ def is_current(spec: IndexSpec) -> bool:
 
 def sync(spec: IndexSpec) -> SyncResult:
     """Bring the index to the table's latest version (incrementally when it can)."""
+    result = _sync(spec)
+    metrics.INDEX_SYNC_SECONDS.labels(result.mode).observe(result.seconds)
+    return result
+
+
+def _sync(spec: IndexSpec) -> SyncResult:
     started = time.monotonic()  # the files of the manifest read next are safe for the grace period from here
     store = store_for(spec)
     try:

@@ -1,25 +1,134 @@
-"""Prometheus metrics of the stream and the compactor, on one registry and one HTTP endpoint.
+"""Prometheus metrics of every lakecluster service, on one registry and one HTTP endpoint.
 
-Names follow Prometheus conventions (``_total`` counters, ``_seconds``, ``_bytes``). Every metric
-is listed with its meaning in docs/compaction.md ("Metrics"); tests/lakecluster/test_metrics.py
-checks them through a real Prometheus server against the Delta log.
+Names follow Prometheus conventions (``lakecluster_`` prefix, base units, ``_total`` counters,
+histograms for durations, labels of bounded cardinality). Every metric is listed with its meaning
+in docs/operations.md ("Metrics"); tests/lakecluster/test_metrics.py checks the counters through a
+real Prometheus server against the Delta log, tests/docker/test_monitoring.py evaluates the
+dashboard's and the alert rules' expressions against a live stream and compactor.
+
+The endpoint also answers ``/healthz`` and ``/readyz`` (lakecluster/health.py).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+from collections.abc import Iterable, Iterator, Sequence
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import numpy as np
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+    make_wsgi_app,
+)
+from prometheus_client.core import GaugeHistogramMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+from lakecluster.health import HEALTH
 
 log = logging.getLogger(__name__)
+disable_created_metrics()  # no *_created series: they double the series count and no panel uses them
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+
+class WeightedHistogram:
+    """A histogram that takes many observations at once as (value, count) pairs.
+
+    The stream summarises a micro-batch's record timestamps per second in its Spark tasks; this
+    records them without a Python call per record.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self._bounds = np.asarray(sorted(buckets), dtype=np.float64)
+        self._counts = np.zeros(len(self._bounds) + 1, dtype=np.int64)  # the last one is +Inf
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def observe_many(self, values: Iterable[float], counts: Iterable[int]) -> None:
+        v = np.fromiter(values, dtype=np.float64)
+        c = np.fromiter(counts, dtype=np.int64)
+        if len(v) == 0:
+            return
+        slots = np.searchsorted(self._bounds, v, side="left")  # value == bound falls in that bucket (le)
+        with self._lock:
+            np.add.at(self._counts, slots, c)
+            self._sum += float(np.dot(v, c))
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            cumulative = np.cumsum(self._counts)
+            total = self._sum
+        buckets = [(floatToGoString(b), int(n)) for b, n in zip(self._bounds, cumulative[:-1], strict=True)]
+        buckets.append(("+Inf", int(cumulative[-1])))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
+
+
+class SizeDistribution:
+    """A gauge histogram of the live data files' sizes, replaced as a whole at each observation."""
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry) -> None:
+        self.name, self.documentation = name, documentation
+        self._bounds = np.asarray(sorted(buckets), dtype=np.float64)
+        self._state: tuple[list[tuple[str, float]], float] | None = None
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def set(self, sizes: np.ndarray) -> None:
+        counts = np.bincount(np.searchsorted(self._bounds, sizes, side="left"), minlength=len(self._bounds) + 1)
+        cumulative = np.cumsum(counts)
+        buckets = [(floatToGoString(b), float(n)) for b, n in zip(self._bounds, cumulative[:-1], strict=True)]
+        buckets.append(("+Inf", float(cumulative[-1])))
+        with self._lock:
+            self._state = (buckets, float(np.sum(sizes)))
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            state = self._state
+        if state is not None:
+            yield GaugeHistogramMetricFamily(self.name, self.documentation, buckets=state[0], gsum_value=state[1])
+
+
+BUILD = Info("lakecluster_build", "Version of the running lakecluster", registry=REGISTRY)
+ProcessCollector(registry=REGISTRY)  # process_start_time_seconds, CPU and memory of the Python driver
 
 STREAM_BATCHES = Counter("lakecluster_stream_batches_total", "Micro-batches run (empty ones included)",
                          registry=REGISTRY)  # fmt: skip
 STREAM_ROWS = Counter("lakecluster_stream_rows_total", "Rows committed to the table", registry=REGISTRY)
-STREAM_QUARANTINED = Counter("lakecluster_stream_quarantined_total", "Records sent to the quarantine table",
+STREAM_QUARANTINED = Counter("lakecluster_stream_quarantined_total",
+                             "Records sent to the quarantine table, by reason code (docs/records.md)", ["reason"],
                              registry=REGISTRY)  # fmt: skip
+STREAM_RECORDS_READ = Counter("lakecluster_stream_records_read_total",
+                              "Records read from the source: rows written plus records quarantined",
+                              registry=REGISTRY)  # fmt: skip
+STREAM_INPUT_BYTES = Counter("lakecluster_stream_input_bytes_total", "Bytes of Kafka record values read",
+                             registry=REGISTRY)  # fmt: skip
+STREAM_BYTES_WRITTEN = Counter("lakecluster_stream_bytes_written_total",
+                               "Bytes of data files the stream's commits added", registry=REGISTRY)  # fmt: skip
+STREAM_DELAY = WeightedHistogram("lakecluster_stream_delay_seconds",
+                                 "End-to-end delay: Kafka record timestamp to the table commit that holds the record",
+                                 (1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+                                 REGISTRY)  # fmt: skip
+STREAM_LAST_COMMIT = Gauge("lakecluster_stream_last_commit_timestamp_seconds",
+                           "When the stream last committed a micro-batch with rows or quarantined records",
+                           registry=REGISTRY)  # fmt: skip
+STREAM_PROGRESS = Gauge("lakecluster_stream_progress_timestamp_seconds",
+                        "When the stream last made progress: committed a micro-batch, or (re)started its query",
+                        registry=REGISTRY)  # fmt: skip
+STREAM_LAST_BATCH = Gauge("lakecluster_stream_last_batch_timestamp_seconds",
+                          "When the stream last completed a micro-batch (empty ones included)", registry=REGISTRY)
+STREAM_SKETCHES_UPDATED = Gauge("lakecluster_stream_sketches_updated_timestamp_seconds",
+                                "When the stream last wrote the boundary sketches", registry=REGISTRY)  # fmt: skip
 STREAM_FILES = Counter("lakecluster_stream_files_total", "Data files written by the stream", registry=REGISTRY)
 STREAM_BATCH_SECONDS = Histogram("lakecluster_stream_batch_seconds", "Wall time of a micro-batch (write+commit)",
                                  registry=REGISTRY, buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))  # fmt: skip
@@ -61,20 +170,90 @@ VACUUM_FILES = Counter("lakecluster_vacuum_deleted_files_total", "Files deleted 
 VACUUM_BYTES = Counter("lakecluster_vacuum_deleted_bytes_total", "Bytes of files deleted by vacuum", registry=REGISTRY)
 VACUUM_LAST_SUCCESS = Gauge("lakecluster_vacuum_last_success_timestamp_seconds", "When vacuum last completed",
                             registry=REGISTRY)  # fmt: skip
+VACUUM_RUNS = Counter("lakecluster_vacuum_runs_total", "Vacuum runs completed (table and quarantine table)",
+                      registry=REGISTRY)  # fmt: skip
 PENDING_GROUPS = Gauge("lakecluster_compaction_pending_groups", "Groups the last plan found", registry=REGISTRY)
+PENDING_BYTES = Gauge("lakecluster_compaction_pending_bytes", "Bytes of the groups the last plan found (backlog)",
+                      registry=REGISTRY)  # fmt: skip
+COMPACTION_GROUPS_PLANNED = Counter("lakecluster_compaction_groups_planned_total", "Groups found by planning rounds",
+                                    registry=REGISTRY)  # fmt: skip
+COMPACTION_COMMIT_ATTEMPTS = Counter("lakecluster_compaction_commit_attempts_total",
+                                     "Rewrite commits attempted (committed, conflicted or failed)", registry=REGISTRY)
+COMPACTION_LAST_SUCCESS = Gauge("lakecluster_compaction_last_success_timestamp_seconds",
+                                "When a compaction round last completed without a fault", registry=REGISTRY)
+COMPACTION_THRESHOLDS = Info("lakecluster_compaction_thresholds", "The compaction thresholds in effect",
+                             registry=REGISTRY)  # fmt: skip
+
+TABLE_ROWS = Gauge("lakecluster_table_rows", "Rows in the live data files (from their stats)", registry=REGISTRY)
+TABLE_SMALL_FILES = Gauge("lakecluster_table_small_files", "Live data files smaller than compaction.min_file_bytes",
+                          registry=REGISTRY)  # fmt: skip
+TABLE_FILE_SIZES = SizeDistribution("lakecluster_table_file_size_bytes", "Sizes of the live data files",
+                                    tuple(float(2**e) for e in range(10, 34, 2)), REGISTRY)  # 1 KiB .. 8 GiB
+TABLE_LAST_REWRITE = Gauge("lakecluster_table_last_rewrite_timestamp_seconds",
+                           "When the table's log last recorded a rewrite (OPTIMIZE), by any writer", registry=REGISTRY)
+TABLE_LAST_VACUUM = Gauge("lakecluster_table_last_vacuum_timestamp_seconds",
+                          "When the table's log last recorded a finished vacuum (VACUUM END), by any process; "
+                          "the table's creation time if it was never vacuumed", registry=REGISTRY)  # fmt: skip
+TABLE_OBSERVED = Gauge("lakecluster_table_observed_timestamp_seconds",
+                       "When the table gauges were last brought up to date", registry=REGISTRY)  # fmt: skip
+SKETCHES_BEHIND = Gauge("lakecluster_sketches_versions_behind",
+                        "Table versions committed since the boundary sketches were written", registry=REGISTRY)
+
+INDEX_BEHIND = Gauge("lakecluster_index_versions_behind", "Table versions the column-stats index has not synced",
+                     registry=REGISTRY)  # fmt: skip
+INDEX_ENTRIES = Gauge("lakecluster_index_entries", "Rows (file entries and tombstones) in the column-stats index",
+                    registry=REGISTRY)  # fmt: skip
+INDEX_SEGMENTS = Gauge("lakecluster_index_segments", "Segment files of the column-stats index", registry=REGISTRY)
+INDEX_SYNC_SECONDS = Histogram("lakecluster_index_sync_seconds", "Wall time of an index sync, by mode", ["mode"],
+                               registry=REGISTRY, buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120))  # fmt: skip
+INDEX_PRUNE_SECONDS = Histogram("lakecluster_index_prune_seconds", "Wall time of pruning files with the index",
+                                registry=REGISTRY, buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5))  # fmt: skip
 
 _server_lock = threading.Lock()
 _server_port: int | None = None
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes and probes every few seconds: not worth a log line each."""
+
+
+def _app() -> Any:
+    metrics_app = make_wsgi_app(REGISTRY)
+
+    def probe(ok: bool, start_response: Any) -> list[bytes]:
+        body = json.dumps({"ok": ok, "components": HEALTH.snapshot()}).encode()
+        start_response("200 OK" if ok else "503 Service Unavailable",
+                       [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])  # fmt: skip
+        return [body]
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz":
+            return probe(HEALTH.live(), start_response)
+        if path == "/readyz":
+            return probe(HEALTH.is_ready(), start_response)
+        return metrics_app(environ, start_response)
+
+    return app
+
+
 def serve(port: int, host: str = "127.0.0.1") -> int | None:
-    """Start the /metrics endpoint once per process (port 0 = off). Returns the port."""
+    """Start the endpoint once per process (port 0 = off): /metrics, /healthz, /readyz. Returns the port."""
     global _server_port
     if port == 0:
         return None
     with _server_lock:
         if _server_port is None:
-            start_http_server(port, addr=host, registry=REGISTRY)
-            _server_port = port
-            log.info("metrics on http://%s:%d/metrics", host, port)
+            from lakecluster import __version__
+
+            BUILD.info({"version": __version__})
+            httpd = make_server(host, port, _app(), _Server, handler_class=_QuietHandler)
+            threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True).start()
+            _server_port = httpd.server_port
+            log.info("metrics on http://%s:%d/metrics (probes: /healthz, /readyz)", host, _server_port)
         return _server_port

@@ -46,6 +46,9 @@ _TRANSIENT = re.compile(
 )  # fmt: skip
 
 
+FAULT_KINDS = ("transient", "fatal", "unknown")  # what classify() returns: the kind label of the metrics
+
+
 def classify(text: str) -> Kind:
     """Transient, fatal or unknown, from an error's text (Spark wraps JVM and Python errors as text)."""
     if _FATAL.search(text):

@@ -18,14 +18,16 @@ from pyspark.sql.streaming import StreamingQuery
 from lakecluster import metrics, storage
 from lakecluster.config import Config
 from lakecluster.errors import FatalServiceError, LakeclusterError
+from lakecluster.health import HEALTH
 from lakecluster.lease import Lease
-from lakecluster.retry import Backoff, classify, first_line
+from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.spark import get_session
 from lakecluster.stream import kafka, resume
 from lakecluster.stream.batch_task import QUARANTINE_DDL, QUARANTINE_SCHEMA
 from lakecluster.stream.generator_source import FORMAT_NAME as GENERATOR_FORMAT
 from lakecluster.stream.generator_source import GeneratorDataSource
 from lakecluster.stream.lag import LagMonitor, recorded_offsets
+from lakecluster.stream.parse import REASON_CODES
 from lakecluster.stream.sink import BatchReport, StreamSink, table_spec
 from lakecluster.table import TableSpec, check_schema, check_writable, create_table
 from lakecluster.uris import join
@@ -141,6 +143,13 @@ class StreamJob:
         # Called once the tables exist and the query runs (``lakecluster run`` starts its compactor).
         self.on_started: Callable[[], None] | None = None
         self.lag: LagMonitor | None = None
+        HEALTH.register(HEALTH_NAME)
+        # Every labelled series exists from the start, so rates and sums over them work at 0.
+        for code in REASON_CODES:
+            metrics.STREAM_QUARANTINED.labels(code)
+        for kind in FAULT_KINDS:
+            metrics.SERVICE_FAILURES.labels(HEALTH_NAME, kind)
+        metrics.SERVICE_RESTARTS.labels(HEALTH_NAME)
 
     def _handle_batch(self, sink: StreamSink) -> Callable[[DataFrame, int], None]:
         def handle(df: DataFrame, batch_id: int) -> None:
@@ -155,12 +164,7 @@ class StreamJob:
     def _record(self, report: BatchReport) -> None:
         self.reports.append(report)
         if not report.skipped:
-            metrics.STREAM_BATCHES.inc()
-            metrics.STREAM_ROWS.inc(report.rows)
-            metrics.STREAM_QUARANTINED.inc(report.quarantined)
-            metrics.STREAM_FILES.inc(report.files)
-            metrics.STREAM_BATCH_SECONDS.observe(report.seconds)
-            metrics.TABLE_VERSION.set(report.table_version)
+            observe_batch(report)
         if self.lag is not None:
             self.lag.committed(report.offsets)
         if self.on_batch is not None:
@@ -226,6 +230,8 @@ class StreamJob:
         backoff = Backoff(self.config.retry)
         while True:
             query = self._start(spark, partitions)
+            HEALTH.ready(HEALTH_NAME)
+            metrics.STREAM_PROGRESS.set(time.time())
             if self.on_started is not None:
                 started, self.on_started = self.on_started, None
                 started()
@@ -239,6 +245,7 @@ class StreamJob:
             delay = backoff.next_delay(kind)
             metrics.SERVICE_FAILURES.labels("stream", kind).inc()
             if delay is None:
+                HEALTH.failed(HEALTH_NAME, f"{kind} fault: {first_line(failure)}")
                 raise FatalServiceError(f"the stream stopped for good ({kind} fault): {first_line(failure)}")
             if backoff.attempts == 1:
                 log.warning("stream failed (%s fault), retrying with backoff: %s", kind, first_line(failure))
@@ -275,11 +282,40 @@ class StreamJob:
                 self._gate.request_stop()
                 query.stop()
         if lease.lost.is_set():
+            HEALTH.failed(HEALTH_NAME, f"lost the stream's lease {lease.uri}")
             raise FatalServiceError(f"lost the stream's lease {lease.uri} to another process")
         exc = query.exception()
         if exc is None or self._gate.stopping:
             return None
         return _error_text(exc)
+
+
+HEALTH_NAME = "stream"
+
+
+def observe_batch(report: BatchReport) -> None:
+    """A micro-batch's report into the stream's metrics."""
+    metrics.STREAM_BATCHES.inc()
+    metrics.STREAM_ROWS.inc(report.rows)
+    metrics.STREAM_RECORDS_READ.inc(report.rows + report.quarantined)
+    for code, n in report.codes.items():
+        metrics.STREAM_QUARANTINED.labels(code).inc(n)
+    metrics.STREAM_FILES.inc(report.files)
+    metrics.STREAM_BYTES_WRITTEN.inc(report.bytes_written)
+    metrics.STREAM_INPUT_BYTES.inc(report.value_bytes)
+    metrics.STREAM_BATCH_SECONDS.observe(report.seconds)
+    metrics.TABLE_VERSION.set(report.table_version)
+    metrics.STREAM_LAST_BATCH.set(report.committed_at or time.time())
+    if report.rows or report.quarantined:
+        metrics.STREAM_LAST_COMMIT.set(report.committed_at or time.time())
+        metrics.STREAM_PROGRESS.set(report.committed_at or time.time())
+    if report.sketches_at is not None:
+        metrics.STREAM_SKETCHES_UPDATED.set(report.sketches_at)
+    # Records without a broker timestamp (0) have no delay to measure.
+    stamped = {s: n for s, n in report.timestamp_seconds.items() if s > 0}
+    if stamped and report.committed_at:
+        delays = [max(0.0, report.committed_at - s) for s in stamped]
+        metrics.STREAM_DELAY.observe_many(delays, stamped.values())
 
 
 class SourceWait:

@@ -68,6 +68,8 @@ class BatchReport:
     value_bytes: int = 0
     timestamp_seconds: dict[int, int] = field(default_factory=dict)
     committed_at: float = 0.0
+    bytes_written: int = 0
+    sketches_at: float | None = None  # when this batch wrote the boundary sketches, if it did
 
 
 def table_spec(config: Config) -> TableSpec:
@@ -117,6 +119,7 @@ class StreamSink:
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        sketches_at: float | None = None
         txn = self.start.txn_version(batch_id)
         table_done, quarantine_done = self._committed(txn)
         sketch_done = not self.config.sketches.enabled or self.sketches.stream_batch_id >= txn
@@ -148,15 +151,16 @@ class StreamSink:
             if total.quarantined and not quarantine_done:
                 self._write_quarantine(parsed, batch_id, txn, meta)
             crash_point(f"after_quarantine_commit:{batch_id}")
-            files = 0
+            files, written = 0, 0
             if not table_done:
-                files = self._write_table(parsed, txn, meta)
+                files, written = self._write_table(parsed, txn, meta)
             crash_point(f"after_table_commit:{batch_id}")
             if spec.build_sketches:
                 self.sketches.merge(merged)
                 self.sketches.stream_batch_id = txn
                 self.sketches.delta_version = self.table.version()
                 self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
+                sketches_at = time.time()
         finally:
             parsed.unpersist()
 
@@ -164,10 +168,10 @@ class StreamSink:
             self._sync_index()
         self._report(BatchReport(
             batch_id=batch_id, rows=total.rows if not table_done else 0,
-            quarantined=total.quarantined if not quarantine_done else 0, files=files,
+            quarantined=total.quarantined if not quarantine_done else 0, files=files, bytes_written=written,
             seconds=time.monotonic() - started, table_version=self.table.version(), txn_version=txn,
             offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
-            timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(),
+            timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(), sketches_at=sketches_at,
         ))  # fmt: skip
 
     def _write_quarantine(self, parsed: DataFrame, batch_id: int, txn: int, meta: str) -> None:
@@ -180,7 +184,7 @@ class StreamSink:
         (bad.write.format("delta").mode("append").option("txnAppId", self.start.stream_id)
          .option("txnVersion", txn).option("userMetadata", meta).save(self.quarantine_uri))  # fmt: skip
 
-    def _write_table(self, parsed: DataFrame, txn: int, meta: str) -> int:
+    def _write_table(self, parsed: DataFrame, txn: int, meta: str) -> tuple[int, int]:
         rows = parsed.where(F.col(KIND) == ROW)
         if self.config.stream.cluster_on_write:
             # Partition columns first: Spark's writer needs that order and would otherwise sort again,
@@ -218,17 +222,18 @@ class StreamSink:
             self.on_batch(report)
 
 
-def files_written(table: DeltaTable, before: int, meta: str) -> int:
-    """Data files added by the commit carrying ``meta`` among the versions after ``before``.
+def files_written(table: DeltaTable, before: int, meta: str) -> tuple[int, int]:
+    """(files, bytes) added by the commit carrying ``meta`` among the versions after ``before``.
 
     Found by its metadata, not as the newest commit: a compactor may commit right after the
-    stream's write, and a write Delta skipped as already committed has no commit at all (0).
+    stream's write, and a write Delta skipped as already committed has no commit at all (0, 0).
     """
     newer = table.version() - before
     for entry in table.history(newer) if newer > 0 else []:
         if entry.get("userMetadata") == meta:
-            return int((entry.get("operationMetrics") or {}).get("numFiles", 0) or 0)
-    return 0
+            metrics = entry.get("operationMetrics") or {}
+            return int(metrics.get("numFiles", 0) or 0), int(metrics.get("numOutputBytes", 0) or 0)
+    return 0, 0
 
 
 def _json(offsets: str | None) -> object:

@@ -36,6 +36,13 @@ class Prometheus:
             out[labels] = float(sample["value"][1])
         return out
 
+    def alerts(self) -> list[dict]:
+        """Active alerts (pending and firing) as Prometheus's API lists them."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/alerts", timeout=10) as r:
+            body = json.load(r)
+        assert body["status"] == "success", body
+        return list(body["data"]["alerts"])
+
     def value(self, expr: str) -> float | None:
         """The single value of ``expr``, or None while Prometheus has none."""
         result = self.query(expr)
@@ -47,17 +54,19 @@ class Prometheus:
         self.process.wait(timeout=30)
 
 
-def start_prometheus(workdir: Path, timeout_s: float = 60) -> Prometheus:
+def start_prometheus(workdir: Path, timeout_s: float = 60, config_text: str | None = None) -> Prometheus:
+    """A Prometheus scraping 127.0.0.1:<target_port> every second as job ``lakecluster``, or
+    configured by ``config_text`` (then ``target_port`` is 0)."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise RuntimeError("the prometheus binary is not on PATH; install Debian's `prometheus` (.ci/run does)")
-    target_port, port = free_port(), free_port()
+    target_port, port = (free_port() if config_text is None else 0), free_port()
     config = workdir / "prometheus.yml"
-    config.write_text(
+    config.write_text(config_text or (
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
         "scrape_configs:\n  - job_name: lakecluster\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
-    )
+    ))  # fmt: skip
     log = open(workdir / "prometheus.log", "wb")  # lives as long as the process
     process = subprocess.Popen(
         [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",

@@ -175,6 +175,8 @@ class RetryConfig:
 class MetricsConfig:
     port: int = 9464
     host: str = "127.0.0.1"
+    # How often the compactor brings the table gauges up to date (0: only after each round).
+    table_interval_s: float = 15.0
 
 
 @dataclass(frozen=True)

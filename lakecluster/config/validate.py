@@ -81,6 +81,9 @@ def validate(config: Config) -> None:
         raise ConfigError("retry.give_up_after_s", "must be >= 0 (0 retries transient faults forever)")
     if not 0 <= config.metrics.port <= 65535:
         raise ConfigError("metrics.port", f"must be 0 (off) or a TCP port, got {config.metrics.port}")
+    if config.metrics.table_interval_s < 0:
+        raise ConfigError("metrics.table_interval_s", f"must be >= 0 (0: after each round only), got "
+                          f"{config.metrics.table_interval_s}")  # fmt: skip
     if not config.metrics.host.strip():
         raise ConfigError("metrics.host", "must not be empty (127.0.0.1 serves this machine only)")
     _validate_cluster_paths(config)

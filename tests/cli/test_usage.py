@@ -40,3 +40,22 @@ def test_config_error_exits_2_and_names_the_key(capsys: pytest.CaptureFixture[st
 def test_set_without_equals_sign_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--set", "table.path", "config"]) == 2
     assert "--set takes key=value" in capsys.readouterr().err
+
+
+def test_json_log_format_writes_one_parseable_object_per_line() -> None:
+    import json
+    import logging
+    import sys
+
+    from lakecluster.cli.main import JsonFormatter
+
+    try:
+        raise ValueError("disk on fire")
+    except ValueError:
+        record = logging.LogRecord("lakecluster.x", logging.WARNING, __file__, 1, "round failed: %s", ("boom",),
+                                   sys.exc_info())  # fmt: skip
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    data = json.loads(line)
+    assert data["level"] == "WARNING" and data["logger"] == "lakecluster.x" and data["message"] == "round failed: boom"
+    assert "ValueError: disk on fire" in data["exception"] and data["time"].endswith("+00:00")

@@ -79,7 +79,9 @@ def test_prometheus_scrapes_run_and_the_counters_match_the_delta_log(prometheus:
         spark_batches = [p for p in commits.iterdir() if p.name.isdigit()]
         assert prometheus.value("lakecluster_stream_batches_total") == len(spark_batches) >= len(stream)
         assert prometheus.value("lakecluster_stream_files_total") == len(adds(stream))
-        assert prometheus.value("lakecluster_stream_quarantined_total") == 0
+        assert prometheus.value("sum(lakecluster_stream_quarantined_total)") == 0
+        assert prometheus.value("lakecluster_stream_records_read_total") == ROWS
+        assert prometheus.value("lakecluster_stream_bytes_written_total") == sum(a["size"] for a in adds(stream))
         assert prometheus.value("lakecluster_stream_batch_seconds_count") == len(spark_batches)
         assert dt.to_pyarrow_table().num_rows == ROWS
 
@@ -95,6 +97,14 @@ def test_prometheus_scrapes_run_and_the_counters_match_the_delta_log(prometheus:
         assert prometheus.value("lakecluster_table_version") == dt.version()
         assert prometheus.value("lakecluster_table_files") == len(live["path"])
         assert prometheus.value("lakecluster_table_bytes") == sum(live["size_bytes"])
+        assert prometheus.value("lakecluster_table_rows") == ROWS
+        small = sum(1 for size in live["size_bytes"] if size < int(SMALL["compaction.min_file_bytes"]))
+        assert prometheus.value("lakecluster_table_small_files") == small
+        assert prometheus.value("lakecluster_table_file_size_bytes_gcount") == len(live["path"])
+        assert prometheus.value("lakecluster_table_file_size_bytes_gsum") == sum(live["size_bytes"])
+        assert prometheus.value('lakecluster_compaction_commit_attempts_total') == len(compaction)
+        rewrite_ms = max(a["commitInfo"]["timestamp"] for c in compaction for a in c if "commitInfo" in a)
+        assert prometheus.value("lakecluster_table_last_rewrite_timestamp_seconds") == rewrite_ms / 1000
         depth = prometheus.query("lakecluster_point_query_files_estimate")
         assert {dict(k)["column"] for k in depth} == {"s_city", "c_city", "p_brand"}
         assert all(1 <= v <= len(live["path"]) for v in depth.values())

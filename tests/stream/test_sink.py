@@ -29,6 +29,9 @@ def test_files_written_counts_the_streams_commit_even_when_a_compaction_commits_
     entry = (Path(path) / "_delta_log" / f"{before + 1:020d}.json").read_text().splitlines()
     added = sum("add" in json.loads(line) for line in entry)
     assert added == 3
-    assert files_written(table, before, meta) == added
+    files, written = files_written(table, before, meta)
+    assert files == added
+    sizes = [json.loads(line)["add"]["size"] for line in entry if "add" in json.loads(line)]
+    assert written == sum(sizes)
     # A write Delta skipped as already committed made no commit: nothing was written.
-    assert files_written(table, before + 2, meta) == 0
+    assert files_written(table, before + 2, meta) == (0, 0)
