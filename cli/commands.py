@@ -235,6 +235,35 @@ def status(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def report(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster report --out DIR``: the table's layout as an HTML page with plots."""
+    from pathlib import Path
+
+    from lakecluster.cli.report import write
+
+    open_table(config.table.path)  # a missing table is a one-line error
+    page = write(config, Path(args.out))
+    emit({"page": str(page)}, f"lakecluster report: {page}", args.output)
+    return 0
+
+
+def tune(args: argparse.Namespace, config: Config) -> int:
+    """``lakecluster tune``: the planner replayed over the table for a grid of thresholds."""
+    from pathlib import Path
+
+    from lakecluster.cli.tune import format_text, write_page
+    from lakecluster.cli.tune import tune as run_tune
+
+    data = run_tune(config, args.grid)
+    text = format_text(data)
+    if args.out:
+        page = write_page(data, Path(args.out))
+        data["page"] = str(page)
+        text += f"\nplot: {page}"
+    emit(data, text, args.output)
+    return 0
+
+
 def produce(args: argparse.Namespace, config: Config) -> int:
     """``lakecluster produce``: generator records as JSON into ``source.kafka.topics[0]`` until stopped."""
     import signal

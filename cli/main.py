@@ -34,6 +34,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
     "explain": commands.explain,
     "status": commands.status,
     "produce": commands.produce,
+    "report": commands.report,
+    "tune": commands.tune,
 }
 
 
@@ -92,6 +94,15 @@ def parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="one screen about the table: files, clustering, index, compaction, vacuum, lag")
     st.add_argument("--lag-timeout", type=float, default=5.0, metavar="SECONDS",
                     help="how long to wait for the brokers when measuring consumer lag (default 5)")  # fmt: skip
+
+    rp = sub.add_parser("report", help="an HTML page with plots of the table's layout (file sizes, key ranges, ...)")
+    rp.add_argument("--out", required=True, metavar="DIR", help="directory for index.html and report.json")
+
+    tu = sub.add_parser("tune", help="predict files read and bytes rewritten for a grid of compaction thresholds")
+    tu.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                    help="a threshold and its values, e.g. target_file_bytes=64MiB,128MiB (repeatable; "
+                    "default: half/current/double target_file_bytes x merge_fanout)")  # fmt: skip
+    tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plot")
 
     pr = sub.add_parser("produce", help="send the built-in generator's records as JSON to the Kafka topic (demos)")
     pr.add_argument("--rate", type=int, default=1000, help="records per second (default 1000)")

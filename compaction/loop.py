@@ -93,6 +93,7 @@ class Compactor:
         self.reloader: ThresholdReloader | None = None
         self._busy = threading.Event()
         self._job_group: str | None = None
+        self._cancelled = threading.Event()  # the stop timeout passed mid-rewrite: abandon it, whatever Spark did
         self.last_vacuum: float | None = None  # the first round vacuums
         self.monitor = TableMonitor(config)
         HEALTH.register(HEALTH_NAME)
@@ -123,11 +124,14 @@ class Compactor:
 
     def _cancel_after_timeout(self) -> None:
         deadline = time.monotonic() + self.config.compaction.stop_timeout_s
-        while self._busy.is_set() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        while self._busy.is_set() and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(0.05, left))
         group = self._job_group
         if self._busy.is_set() and group is not None and self._spark is not None:
             log.warning("stop: cancelling the rewrite in flight (nothing of it is committed)")
+            # Set before cancelling: a job submitted after cancelJobGroup is not cancelled, so the
+            # rewrite checks this flag when it returns and abandons its (then orphaned) files.
+            self._cancelled.set()
             self._spark.sparkContext.cancelJobGroup(group)
 
     @property
@@ -285,7 +289,12 @@ class Compactor:
         sc.setJobGroup(self._job_group, f"rewrite {len(group.files)} files", interruptOnCancel=True)
         self._busy.set()
         try:
-            return rewrite(self.spark, group, spec)
+            written = rewrite(self.spark, group, spec)
+            if self._cancelled.is_set():
+                raise _Stopped
+            return written
+        except _Stopped:
+            raise
         except Exception as e:
             if self.stopping and ("cancel" in str(e).lower() or "interrupt" in str(e).lower()):
                 raise _Stopped from None

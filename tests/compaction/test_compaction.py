@@ -310,7 +310,8 @@ def test_stream_and_compactor_side_by_side_on_kafka(spark, kafka: KafkaBroker, t
 
 def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    settings = {"table.partition_by": "[]", "compaction.stop_timeout_s": "0.5",
+    # A timeout far shorter than any Spark job: the rewrite is always still running when it expires.
+    settings = {"table.partition_by": "[]", "compaction.stop_timeout_s": "0.01",
                 "compaction.target_file_bytes": "3000000", "compaction.min_file_bytes": "3000000"}  # fmt: skip
     config = generator_config(table, rows=60_000, per_batch=15_000, **settings)
     fill(spark, config)
@@ -327,7 +328,7 @@ def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, tmp_
     took = time.monotonic() - stopped_at
     assert not worker.is_alive()
     assert [r.result for r in results] == ["abandoned"], results
-    assert took < 0.5 + 10, f"stopping took {took:.1f}s"
+    assert took < 10, f"stopping took {took:.1f}s"
     assert DeltaTable(str(table)).version() == version, "an abandoned rewrite commits nothing"
     assert row_multiset(read_delta(table)) == row_multiset(before)
     # Later rounds (here: a new compactor) still compact the table.

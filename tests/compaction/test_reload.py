@@ -35,7 +35,7 @@ def _metrics(port: int) -> dict[str, list]:
 
 
 def _thresholds(port: int) -> dict[str, str]:
-    (sample,) = _metrics(port)["lakecluster_compaction_thresholds"]
+    (sample,) = _metrics(port)["lakecluster_compaction_thresholds_info"]
     return dict(sample.labels)
 
 

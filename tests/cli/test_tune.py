@@ -1,0 +1,61 @@
+"""`lakecluster tune`: its prediction for the current thresholds against what a round then does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from lakecluster.compaction.loop import Compactor
+from lakecluster.compaction.planner import clustering_depth, snapshot_files
+from lakecluster.sketch_store import SketchStore
+from tests.compaction.test_compaction import SMALL, fill, generator_config
+from tests.conftest import lakecluster_cmd, subprocess_env
+
+pytestmark = pytest.mark.integration
+
+
+def _tune(table: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    flags = [f"--set={k}={v}" for k, v in SMALL.items()]
+    return subprocess.run(lakecluster_cmd(f"--set=table.path={table}", "--set=table.partition_by=[]", *flags, "--json",
+                                          "tune", *args),
+                          env=subprocess_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_tune_predicts_what_the_next_round_rewrites_and_how_deep_queries_read(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    config = generator_config(table, rows=12_000, per_batch=2_000, **{"table.partition_by": "[]"})
+    fill(spark, config)
+    target = int(SMALL["compaction.target_file_bytes"])
+    result = _tune(table, f"--grid=target_file_bytes={target // 2},{target},{target * 2}", f"--out={tmp_path / 'o'}")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [r["settings"]["target_file_bytes"] for r in data["grid"]] == [target // 2, target, target * 2]
+    assert [r["current"] for r in data["grid"]] == [False, True, False]
+    # Larger files: fewer of them, each spanning more of every column.
+    files = [r["files_after"] for r in data["grid"]]
+    assert files[0] > files[1] > files[2]
+    assert (tmp_path / "o" / "tune.html").read_text().count("<circle") == 3
+    (predicted,) = [r for r in data["grid"] if r["current"]]
+
+    before = {f.path: f.size for f in snapshot_files(DeltaTable(str(table)), [])[0]}
+    Compactor(config, spark=spark).run_once()
+    after_files, actions = snapshot_files(DeltaTable(str(table)), [])
+    rewritten = sum(size for path, size in before.items() if path not in {f.path for f in after_files})
+    assert predicted["bytes_rewritten"] == rewritten  # the same planner, the same files
+    assert abs(predicted["files_after"] - len(after_files)) <= max(2, 0.2 * len(after_files))
+    sketches = SketchStore(str(table)).latest()
+    assert sketches is not None
+    for column, expected in predicted["point_query_files"].items():
+        actual = clustering_depth(actions, [f.path for f in after_files], sketches, column, config.sketches.boundaries)
+        assert 0.5 * actual <= expected <= 2 * actual, (column, expected, actual)
+
+
+def test_tune_refuses_an_unknown_threshold_in_one_line(tmp_path: Path) -> None:
+    result = _tune(tmp_path / "missing", "--grid=target_file_size=1,2")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "target_file_size" in result.stderr and "target_file_bytes" in result.stderr
