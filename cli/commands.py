@@ -6,6 +6,7 @@ starts. ``config`` does not look at the table at all. Everything that can be che
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from lakecluster import metrics
@@ -41,6 +42,23 @@ def _on_sighup(reload: Any) -> None:
     signal.signal(signal.SIGHUP, lambda *_: reload())
 
 
+def _progress(args: argparse.Namespace, config: Config) -> bool:
+    """Progress lines on stdout: ``stream.progress``, except beside JSON logs (one object a line)."""
+    return config.stream.progress and getattr(args, "log_format", "text") == "text"
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _say(args: argparse.Namespace, line: str) -> None:
+    """A service's start and stop line: printed, or logged beside JSON logs (stdout stays quiet)."""
+    if getattr(args, "log_format", "text") == "json":
+        logging.getLogger("lakecluster.cli").info(line)
+    else:
+        _print(line)
+
+
 def stream(args: argparse.Namespace, config: Config) -> int:
     """``lakecluster stream``: ingest until stopped (checks run in ``StreamJob.run`` before Spark)."""
     from lakecluster.stream.job import StreamJob, install_signal_handlers, progress_printer
@@ -48,13 +66,14 @@ def stream(args: argparse.Namespace, config: Config) -> int:
     _serve_metrics(config)
     source = config.source
     what = "generator" if source.kind == "generator" else f"kafka {source.kafka.bootstrap_servers}"
-    print(f"lakecluster stream: {what} -> {config.table.path} (Ctrl-C stops after the current batch)", flush=True)
-    job = StreamJob(config, available_now=args.available_now, max_batches=args.max_batches,
-                    on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
+    _say(args, f"lakecluster stream: {what} -> {config.table.path} (Ctrl-C stops after the current batch)")
+    job = StreamJob(config, available_now=args.available_now, max_batches=args.max_batches)
+    if _progress(args, config):
+        job.on_batch = progress_printer(lag=job.total_lag)
     install_signal_handlers(job)
     reports = job.run()
     rows = sum(r.rows for r in reports)
-    print(f"lakecluster stream: stopped after {len(reports)} batch(es), {rows:,} rows committed", flush=True)
+    _say(args, f"lakecluster stream: stopped after {len(reports)} batch(es), {rows:,} rows committed")
     return 0
 
 
@@ -80,15 +99,15 @@ def compact(args: argparse.Namespace, config: Config) -> int:
     if args.once:
         results = compactor.run_once()
         for res in results:
-            print(f"{res.result}: {len(res.group.files)} files -> {res.files_out} files in {res.seconds:.1f}s; "
-                  f"point-query files {res.scanned_before:.1f} -> {res.scanned_after:.1f}"
-                  + (f" ({res.message})" if res.message else ""), flush=True)  # fmt: skip
+            print(res.describe(), flush=True)
         conflicts = sum(1 for res in results if res.result == "conflict")
         committed = sum(1 for res in results if res.result == "committed")
         print(f"lakecluster compact: {committed} group(s) committed, {conflicts} conflict(s)", flush=True)
         return 3 if conflicts else 0
-    print(f"lakecluster compact: {config.table.path} every {config.compaction.interval_s:g}s "
-          "(Ctrl-C stops after the current group)", flush=True)  # fmt: skip
+    _say(args, f"lakecluster compact: {config.table.path} every {config.compaction.interval_s:g}s "
+               "(Ctrl-C stops after the current group)")  # fmt: skip
+    if _progress(args, config):
+        compactor.on_progress = _print
     compactor.run_forever()
     return 0
 
@@ -105,14 +124,17 @@ def run(args: argparse.Namespace, config: Config) -> int:
     _serve_metrics(config)
     preflight(config)  # an unwritable location, a schema mismatch, no broker: before Spark starts
     spark = get_session(config.spark, config.storage, s3=config.uses_s3)
-    job = StreamJob(config, spark=spark, max_batches=args.max_batches,
-                    on_batch=progress_printer() if config.stream.progress else None)  # fmt: skip
-    compactor = BackgroundCompactor(config, spark, on_failure=lambda _: job.request_stop(), reloader=_reloader(args))
+    job = StreamJob(config, spark=spark, max_batches=args.max_batches)
+    progress = _progress(args, config)
+    if progress:
+        job.on_batch = progress_printer(lag=job.total_lag)
+    compactor = BackgroundCompactor(config, spark, on_failure=lambda _: job.request_stop(), reloader=_reloader(args),
+                                    on_progress=_print if progress else None)  # fmt: skip
     job.on_started = compactor.start
     _on_sighup(compactor.request_reload)
     install_signal_handlers(job)
-    print(f"lakecluster run: {config.source.kind} -> {config.table.path}, compacting every "
-          f"{config.compaction.interval_s:g}s (Ctrl-C stops both)", flush=True)  # fmt: skip
+    _say(args, f"lakecluster run: {config.source.kind} -> {config.table.path}, compacting every "
+               f"{config.compaction.interval_s:g}s (Ctrl-C stops both)")  # fmt: skip
     try:
         reports = job.run()
     finally:
@@ -122,8 +144,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
         if isinstance(error, LakeclusterError):
             raise FatalServiceError(f"the compactor stopped: {error}")
         raise FatalServiceError(f"the compactor stopped: {type(error).__name__}: {error}")
-    print(f"lakecluster run: stopped after {len(reports)} batch(es), {sum(r.rows for r in reports):,} rows",
-          flush=True)  # fmt: skip
+    _say(args, f"lakecluster run: stopped after {len(reports)} batch(es), {sum(r.rows for r in reports):,} rows")
     return 0
 
 
@@ -248,16 +269,25 @@ def report(args: argparse.Namespace, config: Config) -> int:
 
 
 def tune(args: argparse.Namespace, config: Config) -> int:
-    """``lakecluster tune``: the planner replayed over the table for a grid of thresholds."""
+    """``lakecluster tune``: the planner replayed over the table for a grid of thresholds; with
+    ``--queries``, candidate layouts scored on the workload's predicates."""
     from pathlib import Path
 
-    from lakecluster.cli.tune import format_text, write_page
+    from lakecluster.cli.tune import advise, format_advice, format_text, write_page
     from lakecluster.cli.tune import tune as run_tune
 
-    data = run_tune(config, args.grid)
-    text = format_text(data)
+    data: dict[str, object] = {}
+    texts = []
+    thresholds = workload = None
+    if args.queries:
+        workload = data["workload"] = advise(config, args.queries, args.sample_rows)
+        texts.append(format_advice(workload))
+    if args.grid or not args.queries:
+        thresholds = data["thresholds"] = run_tune(config, args.grid)
+        texts.append(format_text(thresholds))
+    text = "\n\n".join(texts)
     if args.out:
-        page = write_page(data, Path(args.out))
+        page = write_page(Path(args.out), thresholds, workload)
         data["page"] = str(page)
         text += f"\nplot: {page}"
     emit(data, text, args.output)

@@ -98,11 +98,16 @@ def parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="an HTML page with plots of the table's layout (file sizes, key ranges, ...)")
     rp.add_argument("--out", required=True, metavar="DIR", help="directory for index.html and report.json")
 
-    tu = sub.add_parser("tune", help="predict files read and bytes rewritten for a grid of compaction thresholds")
+    tu = sub.add_parser("tune", help="predict files read and bytes rewritten for a grid of compaction thresholds, "
+                        "or the best layout for a workload of queries")
     tu.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="a threshold and its values, e.g. target_file_bytes=64MiB,128MiB (repeatable; "
                     "default: half/current/double target_file_bytes x merge_fanout)")  # fmt: skip
-    tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plot")
+    tu.add_argument("--queries", metavar="FILE", help="a file of the workload's WHERE clauses, one per line: "
+                    "recommend clustering columns, weights and partitioning for it")  # fmt: skip
+    tu.add_argument("--sample-rows", type=int, default=200_000, metavar="N",
+                    help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
+    tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")
 
     pr = sub.add_parser("produce", help="send the built-in generator's records as JSON to the Kafka topic (demos)")
     pr.add_argument("--rate", type=int, default=1000, help="records per second (default 1000)")

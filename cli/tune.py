@@ -12,14 +12,19 @@ import html
 from pathlib import Path
 from typing import Any
 
+from lakecluster.compaction.advise import Candidate, Scored, WorkloadModel, recommend, sample_rows
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
+from lakecluster.compaction.workload import WorkloadError, parse_workload
 from lakecluster.config import Config
 from lakecluster.errors import ConfigError, LakeclusterError
 from lakecluster.sketch_store import SketchStore
 from lakecluster.table import open_table
 
 from .report import HEIGHT, PAD, WIDTH, _axes, _svg
+
+SHOWN_CANDIDATES = 12
+SHOWN_QUERIES = 20
 
 UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 
@@ -85,7 +90,7 @@ def format_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_page(data: dict[str, Any], out: Path) -> Path:
+def grid_svg(data: dict[str, Any]) -> str:
     """A scatter of mean point-query files against MB rewritten, one dot per grid point."""
     rows = data["grid"]
     xs = [r["bytes_rewritten"] / 1e6 for r in rows]
@@ -99,12 +104,125 @@ def write_page(data: dict[str, Any], out: Path) -> Path:
         colour = "#e45756" if r["current"] else "#4c78a8"
         dots.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"><title>{html.escape(label)}: '
                     f'{x:,.1f} MB, {y:,.1f} files</title></circle>')  # fmt: skip
-    svg = _svg(_axes(HEIGHT, "MB the next round rewrites", "files a point query reads (mean of the columns)")
-               + "".join(dots), "tune")  # fmt: skip
+    return _svg(_axes(HEIGHT, "MB the next round rewrites", "files a point query reads (mean of the columns)")
+                + "".join(dots), "tune")  # fmt: skip
+
+
+def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str, Any] | None) -> Path:
+    """``out/tune.html``: the threshold grid's plot and table, and the workload's candidate layouts."""
+    body = []
+    if thresholds is not None:
+        body.append("<h2>Thresholds</h2><p>One dot per setting (hover for it); red: the current one. Lower is "
+                    f"better skipping, left is less rewriting.</p>{grid_svg(thresholds)}"
+                    f"<pre>{html.escape(format_text(thresholds))}</pre>")  # fmt: skip
+    if workload is not None:
+        body.append("<h2>Layouts for the workload</h2><p>Mean files a query of the workload reads, per candidate "
+                    f"layout; red: the current one.</p>{advice_svg(workload)}"
+                    f"<pre>{html.escape(format_advice(workload))}</pre>")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     page = out / "tune.html"
     page.write_text("<!doctype html><html><head><meta charset='utf-8'><title>lakecluster tune</title></head>"
-                    "<body style='font-family:sans-serif'><h1>lakecluster tune</h1><p>One dot per setting "
-                    "(hover for it); red: the current one. Lower is better skipping, left is less rewriting.</p>"
-                    f"{svg}<pre>{html.escape(format_text(data))}</pre></body></html>")  # fmt: skip
+                    f"<body style='font-family:sans-serif'><h1>lakecluster tune</h1>{''.join(body)}</body></html>")
     return page
+
+
+def advise(config: Config, queries_path: str, sample_limit: int) -> dict[str, Any]:
+    """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table."""
+    try:
+        lines = Path(queries_path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise WorkloadError(f"cannot read the workload file {queries_path}: {e}") from None
+    t = config.table
+    queries = parse_workload(lines, t.columns)
+    table = open_table(t.path)
+    files, _ = snapshot_files(table, t.partition_by)
+    used = {c for q in queries for c in q.columns}
+    columns = [c.name for c in t.columns if c.name in used | set(t.clustering_columns) | set(t.partition_by)]
+    sample = sample_rows(table.to_pyarrow_dataset(), columns, sample_limit)
+    table_bytes = sum(f.size for f in files)
+    model = WorkloadModel(queries, sample, table_bytes, config.compaction.target_file_bytes)
+    weights = config.compaction.weights()
+    current = Candidate(t.clustering_columns, tuple(weights.get(c, 1.0) for c in t.clustering_columns),
+                        t.partition_by, current=True)  # fmt: skip
+    ranked = recommend(model, current)
+
+    def row(s: Scored) -> dict[str, Any]:
+        reads = sorted(s.files_read)
+        return {**s.candidate.describe(), "files": s.files, "mean_files_read": round(s.mean_files_read, 2),
+                "median_files_read": reads[len(reads) // 2], "max_files_read": reads[-1],
+                "files_read": [round(x, 1) for x in s.files_read]}  # fmt: skip
+
+    return {"table": t.path, "version": table.version(), "workload": queries_path, "queries": len(queries),
+            "query_text": [q.text for q in queries], "sample_rows": sample.num_rows,
+            "table_rows": sum(f.rows for f in files), "table_bytes": table_bytes,
+            "target_file_bytes": config.compaction.target_file_bytes,
+            "candidates": [row(s) for s in ranked], "recommended": row(ranked[0]),
+            "current": row(next(s for s in ranked if s.candidate.current))}  # fmt: skip
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def _layout(c: dict[str, Any]) -> str:
+    weights = c["column_weights"]
+    uneven = len(set(weights.values())) > 1
+    cols = ", ".join(f"{k} x{v:g}" if uneven else k for k, v in weights.items())
+    return cols + (f" | partition_by {', '.join(c['partition_by'])}" if c["partition_by"] else "")
+
+
+def format_advice(data: dict[str, Any]) -> str:
+    lines = [f"{data['workload']}: {data['queries']} queries; {data['table']} at version {data['version']}, "
+             f"{data['table_bytes'] / 1e6:,.1f} MB, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
+             f"target {_size(data['target_file_bytes'])} per file", "",
+             "candidate layouts, best first (files a query of the workload reads):"]  # fmt: skip
+    table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
+    shown = data["candidates"][:SHOWN_CANDIDATES]
+    if not any(c["current"] for c in shown):
+        shown.append(data["current"])
+    for rank, c in enumerate(shown, start=1):
+        mark = "*" if c["current"] else str(data["candidates"].index(c) + 1 if c in data["candidates"] else rank)
+        table.append([mark, _layout(c), f"{c['files']:,}", f"{c['mean_files_read']:,.1f}",
+                      f"{c['median_files_read']:,.1f}", f"{c['max_files_read']:,.1f}"])  # fmt: skip
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines += ["  " + "  ".join(cell.ljust(w) if i == 1 else cell.rjust(w) for i, (cell, w) in
+                               enumerate(zip(r, widths, strict=True))) for r in table]  # fmt: skip
+    best, now = data["recommended"], data["current"]
+    lines += ["  * the current settings", "", "recommended settings:", "  [table]",
+              f"  partition_by = {best['partition_by']!r}".replace("'", '"'),
+              f"  clustering_columns = {best['clustering_columns']!r}".replace("'", '"')]  # fmt: skip
+    if len(set(best["column_weights"].values())) > 1:
+        lines += ["  [compaction.column_weights]", *(f"  {k} = {v:g}" for k, v in best["column_weights"].items())]
+    lines += ["", "files read per query, current -> recommended:"]
+    for i, text in enumerate(data["query_text"][:SHOWN_QUERIES]):
+        lines.append(f"  {now['files_read'][i]:>9,.1f} -> {best['files_read'][i]:<9,.1f} {text}")
+    if data["queries"] > SHOWN_QUERIES:
+        lines.append(f"  ... {data['queries'] - SHOWN_QUERIES} more in --json")
+    lines += ["", "partition_by applies to a new table (it must match an existing one); column weights apply to "
+              "the next rewrites (docs/tuning.md)."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def advice_svg(data: dict[str, Any]) -> str:
+    """Bars: mean files read per candidate layout (the current one red)."""
+    shown = data["candidates"][:SHOWN_CANDIDATES]
+    if not any(c["current"] for c in shown):
+        shown = [*shown, data["current"]]
+    top = max((c["mean_files_read"] for c in shown), default=1.0) or 1.0
+    bar_h = 18
+    height = PAD + bar_h * len(shown) + 20
+    bars = []
+    for i, c in enumerate(shown):
+        y = PAD / 2 + i * bar_h
+        w = (WIDTH - 2 * PAD - 220) * c["mean_files_read"] / top
+        colour = "#e45756" if c["current"] else "#4c78a8"
+        bars.append(f'<text x="4" y="{y + 13:.0f}" font-size="11">{html.escape(_layout(c))[:40]}</text>'
+                    f'<rect x="260" y="{y + 2:.0f}" width="{max(w, 1):.1f}" height="{bar_h - 4}" fill="{colour}">'
+                    f'<title>{html.escape(_layout(c))}: {c["mean_files_read"]:,.1f} files per query</title></rect>'
+                    f'<text x="{264 + w:.0f}" y="{y + 13:.0f}" font-size="11">'
+                    f'{c["mean_files_read"]:,.1f}</text>')  # fmt: skip
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" role="img" '
+            f'aria-label="workload">{"".join(bars)}</svg>')  # fmt: skip

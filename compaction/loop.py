@@ -58,6 +58,12 @@ class GroupResult:
     scanned_after: float
     message: str = ""
 
+    def describe(self) -> str:
+        if self.result != "committed":
+            return f"{self.result}: {len(self.group.files)} files" + (f" ({self.message})" if self.message else "")
+        return (f"committed: {len(self.group.files)} files ({self.group.bytes / 1e6:,.1f} MB) -> {self.files_out} "
+                f"in {self.seconds:.1f}s, point-query files {self.scanned_before:.1f} -> {self.scanned_after:.1f}")
+
 
 class _Stopped(Exception):
     """The rewrite in flight was cancelled by a stop request."""
@@ -91,6 +97,7 @@ class Compactor:
         self._stop = threading.Event()
         self._wake = threading.Event()  # ends the wait between rounds early: a stop or a reload
         self.reloader: ThresholdReloader | None = None
+        self.on_progress: Callable[[str], None] | None = None  # a line per round with work, and per group
         self._busy = threading.Event()
         self._job_group: str | None = None
         self._cancelled = threading.Event()  # the stop timeout passed mid-rewrite: abandon it, whatever Spark did
@@ -206,18 +213,31 @@ class Compactor:
         metrics.COMPACTION_GROUPS_PLANNED.inc(len(the_plan.groups))
         sketches = self.sketches() if the_plan.groups else None
         results = []
-        for group in the_plan.groups:
+        total = len(the_plan.groups)
+        left_bytes = sum(g.bytes for g in the_plan.groups)
+        if total:
+            self._progress(f"compaction: version {the_plan.table_version}, {total} group(s), "
+                           f"{left_bytes / 1e6:,.1f} MB to rewrite")  # fmt: skip
+        for done, group in enumerate(the_plan.groups, start=1):
             if self.stopping:
                 break
             assert sketches is not None
             try:
-                results.append(self.compact_group(group, sketches))
+                result = self.compact_group(group, sketches)
             except Exception:
                 metrics.COMPACTION_GROUPS.labels("failed").inc()
                 raise
+            results.append(result)
+            left_bytes -= group.bytes
+            self._progress(f"compaction: group {done}/{total} {result.describe()}; "
+                           f"left {total - done} group(s), {left_bytes / 1e6:,.1f} MB")  # fmt: skip
         self.monitor.observe()
         metrics.COMPACTION_LAST_SUCCESS.set(time.time())
         return results
+
+    def _progress(self, line: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(line)
 
     def _inputs_live(self, group: Group) -> bool:
         self.table.update_incremental()
@@ -368,11 +388,13 @@ class BackgroundCompactor:
 
     def __init__(self, config: Config, spark: SparkSession | None = None,
                  on_failure: Callable[[BaseException], None] | None = None,
-                 reloader: ThresholdReloader | None = None) -> None:  # fmt: skip
+                 reloader: ThresholdReloader | None = None,
+                 on_progress: Callable[[str], None] | None = None) -> None:  # fmt: skip
         self.config = config
         self.spark = spark
         self.on_failure = on_failure
         self.reloader = reloader
+        self.on_progress = on_progress
         self.failure: BaseException | None = None
         self._compactor: Compactor | None = None
         self._stop = threading.Event()
@@ -382,6 +404,7 @@ class BackgroundCompactor:
         try:
             self._compactor = Compactor(self.config, spark=self.spark)
             self._compactor.reloader = self.reloader
+            self._compactor.on_progress = self.on_progress
             if self._stop.is_set():
                 return
             self._compactor.run_forever()

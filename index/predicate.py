@@ -162,6 +162,23 @@ def conjuncts(expr: Expr) -> tuple[Expr, ...]:
     return expr.items if isinstance(expr, And) else (expr,)
 
 
+def like_prefix(pattern: str) -> tuple[str, int | None]:
+    """A LIKE pattern's literal text before its first wildcard (escapes resolved), and the position
+    of that wildcard in the pattern (None when it has none)."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if ch in "%_":
+            return "".join(out), i
+        out.append(ch)
+        i += 1
+    return "".join(out), None
+
+
 # ---------------------------------------------------------------------------------------------
 
 

@@ -104,20 +104,8 @@ def _compare(col: ColumnSpec, op: str, value: Any) -> Any:
 
 def _like(expr: P.Like, negate: bool) -> Any:
     """LIKE by its literal prefix (the text before the first wildcard)."""
-    out, i, pattern = [], 0, expr.pattern
-    wildcard_at = None
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\" and i + 1 < len(pattern):
-            out.append(pattern[i + 1])
-            i += 2
-            continue
-        if ch in "%_":
-            wildcard_at = i
-            break
-        out.append(ch)
-        i += 1
-    prefix = "".join(out)
+    prefix, wildcard_at = P.like_prefix(expr.pattern)
+    pattern = expr.pattern
     name = expr.column.name
     if wildcard_at is None:  # no wildcard: plain (in)equality
         return _compare(expr.column, "!=" if negate else "=", prefix)

@@ -170,6 +170,11 @@ class StreamJob:
         if self.on_batch is not None:
             self.on_batch(report)
 
+    def total_lag(self) -> int | None:
+        """Records in the topics not yet committed to the table, as last measured (Kafka only)."""
+        latest = self.lag.latest if self.lag is not None else None
+        return sum(latest.values()) if latest is not None else None
+
     def request_stop(self) -> None:
         """Finish the micro-batch in progress, then stop (safe from a signal handler thread)."""
         self._gate.request_stop()
@@ -383,7 +388,10 @@ def install_signal_handlers(job: Any, *, what: str = "micro-batch") -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def progress_printer(start: float | None = None) -> Callable[[BatchReport], None]:
+def progress_printer(start: float | None = None, lag: Callable[[], int | None] | None = None,
+                     ) -> Callable[[BatchReport], None]:  # fmt: skip
+    """A line per micro-batch on stdout: its rows, rows/s, files and quarantined records, the totals,
+    and the consumer lag (records not yet committed) when ``lag`` knows it."""
     t0 = start or time.monotonic()
     totals = {"rows": 0, "quarantined": 0, "files": 0}
 
@@ -393,10 +401,13 @@ def progress_printer(start: float | None = None) -> Callable[[BatchReport], None
         totals["files"] += r.files
         rate = r.rows / r.seconds if r.seconds > 0 else 0.0
         elapsed = time.monotonic() - t0
+        behind = lag() if lag is not None else None
         print(
             f"batch {r.batch_id:>6}  rows {r.rows:>9,}  rows/s {rate:>10,.0f}  files {r.files:>4}  "
             f"quarantined {r.quarantined:>6}  | total rows {totals['rows']:,} files {totals['files']:,} "
-            f"quarantined {totals['quarantined']:,}  version {r.table_version}  elapsed {elapsed:,.0f}s"
+            f"quarantined {totals['quarantined']:,}  version {r.table_version}"
+            + (f"  lag {behind:,}" if behind is not None else "")
+            + f"  elapsed {elapsed:,.0f}s"
             + ("  (replayed, already committed)" if r.skipped else ""),
             flush=True,
         )

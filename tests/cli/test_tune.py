@@ -6,12 +6,15 @@ import json
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.planner import clustering_depth, snapshot_files
+from lakecluster.config import load_config
 from lakecluster.sketch_store import SketchStore
+from lakecluster.stream.generator import generate
 from tests.compaction.test_compaction import SMALL, fill, generator_config
 from tests.conftest import lakecluster_cmd, subprocess_env
 
@@ -32,7 +35,7 @@ def test_tune_predicts_what_the_next_round_rewrites_and_how_deep_queries_read(sp
     target = int(SMALL["compaction.target_file_bytes"])
     result = _tune(table, f"--grid=target_file_bytes={target // 2},{target},{target * 2}", f"--out={tmp_path / 'o'}")
     assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
+    data = json.loads(result.stdout)["thresholds"]
     assert [r["settings"]["target_file_bytes"] for r in data["grid"]] == [target // 2, target, target * 2]
     assert [r["current"] for r in data["grid"]] == [False, True, False]
     # Larger files: fewer of them, each spanning more of every column.
@@ -59,3 +62,43 @@ def test_tune_refuses_an_unknown_threshold_in_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "target_file_size" in result.stderr and "target_file_bytes" in result.stderr
+
+
+def _ssb_table(path: Path, rows: int, files: int) -> None:
+    """A table of ``files`` appends of the generator's rows, written by delta-rs (no Spark needed)."""
+    config = load_config(None)
+    step = rows // files
+    for i in range(files):
+        batch = generate(i * step, (i + 1) * step, config.source.generator, config.table.columns)
+        write_deltalake(str(path), pa.Table.from_batches([batch]), mode="append")  # unpartitioned, as _tune says
+
+
+def test_tune_recommends_the_layout_the_workload_filters_on(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    _ssb_table(table, rows=40_000, files=8)
+    workload = tmp_path / "workload.sql"
+    workload.write_text("-- one city after another\n" + "".join(f"c_city = 'UNITED KI{i}'\n" for i in range(6)))
+    result = _tune(table, f"--queries={workload}", "--sample-rows=20000", f"--out={tmp_path / 'o'}")
+    assert result.returncode == 0, result.stderr
+    advice = json.loads(result.stdout)["workload"]
+    assert "thresholds" not in json.loads(result.stdout)  # no --grid: the layout question only
+    assert advice["queries"] == 6 and 20_000 <= advice["sample_rows"] < 40_000
+    best, current = advice["recommended"], advice["current"]
+    assert best["clustering_columns"] == ["c_city"] and best["partition_by"] == []
+    assert current["clustering_columns"] == ["s_city", "c_city", "p_brand"] and current["current"]
+    assert best["mean_files_read"] < current["mean_files_read"]
+    assert len(best["files_read"]) == 6
+    page = (tmp_path / "o" / "tune.html").read_text()
+    assert "Layouts for the workload" in page and page.count("<rect") == len(advice["candidates"][:12]) + (
+        0 if any(c["current"] for c in advice["candidates"][:12]) else 1)
+
+
+def test_tune_names_the_bad_line_of_a_workload_in_one_line(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    _ssb_table(table, rows=2_000, files=1)
+    workload = tmp_path / "workload.sql"
+    workload.write_text("c_city = 'X'\nc_cty = 'Y'\n")
+    result = _tune(table, f"--queries={workload}")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert "line 2" in result.stderr and "c_cty" in result.stderr and "c_city" in result.stderr

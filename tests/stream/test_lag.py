@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from lakecluster import metrics
 from lakecluster.config import load_config
 from lakecluster.stream import kafka
-from lakecluster.stream.job import StreamJob
+from lakecluster.stream.job import StreamJob, progress_printer
 from lakecluster.stream.lag import lag, measure, recorded_offsets
 from tests.conftest import read_delta
 from tests.services.kafka import KafkaBroker as Broker
@@ -31,7 +32,8 @@ def _gauge(topic: str, partition: int) -> float | None:
 
 
 @pytest.mark.integration
-def test_stream_exports_its_lag_and_the_table_tells_it_after_a_stop(spark, broker: Broker, tmp_path: Path) -> None:
+def test_stream_exports_its_lag_and_the_table_tells_it_after_a_stop(spark, broker: Broker, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     topic = f"lag_{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, 3)
     first = kr.build(0, 600, partitions=3, seed=11, with_malformed=False)
@@ -47,8 +49,15 @@ def test_stream_exports_its_lag_and_the_table_tells_it_after_a_stop(spark, broke
         assert measure(config.source.kafka, client, {}) == {(topic, p): n for p, n in produced.items()}
 
         job = StreamJob(config, spark=spark, available_now=True)
+        job.on_batch = progress_printer(lag=job.total_lag)  # what `lakecluster stream` prints
         job.run()
         assert len(read_delta(table)) == len(first)
+        batch_lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("batch")]
+        assert batch_lines, "no progress line"
+        shown = [int(m.group(1).replace(",", "")) for ln in batch_lines if (m := re.search(r"  lag ([\d,]+)", ln))]
+        assert len(shown) == len(batch_lines), batch_lines  # every line tells the lag
+        assert all(0 <= n <= len(first) for n in shown)
+        assert job.total_lag() == sum(job.lag.latest.values())  # type: ignore[union-attr]
         assert job.lag is not None and job.lag.latest is not None, "the monitor measured while the stream ran"
         assert job.lag.measure_once() == {(topic, p): 0 for p in range(3)}
         assert [_gauge(topic, p) for p in range(3)] == [0.0, 0.0, 0.0]

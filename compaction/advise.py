@@ -1,0 +1,240 @@
+"""Recommend clustering columns, their weights and the partitioning for a workload of predicates.
+
+Every candidate layout is scored by the files each query of the workload would read once the
+table is laid out that way, predicted from a sample of the table's rows (no rewrite is tried):
+
+* a partition of ``b`` bytes holds ``n = max(1, round(b / target_file_bytes))`` files, laid out as
+  the compactor lays out a group: each clustering column cut into ``levels`` equal-depth ranges
+  (``choose_levels``, the compactor's own rule, capped by the column's distinct values);
+* a query's predicate on a clustering column touches ``s * levels + 1`` of its ranges for each
+  contiguous piece of the column it selects (one per ``IN`` value, one per range) holding a
+  fraction ``s`` of the partition's rows; a column the query does not filter on is read whole;
+* the query reads ``max(1, n * prod(touched_c / levels_c))`` files of each partition its
+  predicates on the partition column do not prune (every partition without one).
+
+Candidates: every set of up to ``MAX_COLUMNS`` of the columns the workload filters on (most used
+first), each with equal weights and with the weights that minimise the mean (coordinate descent),
+partitioned by nothing or by one of the filtered columns with at most ``MAX_PARTITIONS`` values; and
+the table's current settings, scored the same way. The counts are estimates of the same model
+``lakecluster tune`` and the compactor's layout use, for comparing candidates, not a promise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
+
+from lakecluster.layout import choose_levels
+
+from .workload import Predicate, Query, WorkloadError
+
+MAX_COLUMNS = 4
+MAX_PARTITIONS = 1000
+WEIGHT_ROUNDS = 8
+MAX_WEIGHT = 16.0  # beyond it the other columns get one level: the same layout as leaving them out
+MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
+
+
+@dataclass(frozen=True)
+class Candidate:
+    clustering_columns: tuple[str, ...]
+    weights: tuple[float, ...]
+    partition_by: tuple[str, ...]
+    current: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        return {"clustering_columns": list(self.clustering_columns),
+                "column_weights": dict(zip(self.clustering_columns, self.weights, strict=True)),
+                "partition_by": list(self.partition_by), "current": self.current}  # fmt: skip
+
+
+@dataclass
+class Scored:
+    candidate: Candidate
+    files: int
+    files_read: list[float] = field(default_factory=list)
+
+    @property
+    def mean_files_read(self) -> float:
+        return sum(self.files_read) / len(self.files_read)
+
+
+def sample_rows(dataset: pds.Dataset, columns: Sequence[str], limit: int, seed: int = 0) -> pa.Table:
+    """Up to about ``limit`` rows of ``columns`` from whole files picked at random."""
+    fragments = list(dataset.get_fragments())
+    random.Random(seed).shuffle(fragments)
+    picked, rows = [], 0
+    for fragment in fragments:
+        if rows >= limit:
+            break
+        picked.append(fragment)
+        rows += fragment.count_rows()
+    if not picked:
+        return pa.table({c: pa.array([], dataset.schema.field(c).type) for c in columns})
+    subset = pds.FileSystemDataset(picked, dataset.schema, dataset.format, dataset.filesystem)
+    return subset.to_table(columns=list(columns))
+
+
+class WorkloadModel:
+    """Per query and column, the row masks of the pieces each predicate selects in the sample."""
+
+    def __init__(self, queries: Sequence[Query], sample: pa.Table, table_bytes: int, target_file_bytes: int) -> None:
+        if sample.num_rows == 0:
+            raise WorkloadError("the table has no rows to sample: ingest some data before asking for a layout")
+        self.queries = list(queries)
+        self.sample = sample
+        self.rows = sample.num_rows
+        self.table_bytes = table_bytes
+        self.target_file_bytes = target_file_bytes
+        self.ndv = {c: max(1, pc.count_distinct(sample[c]).as_py()) for c in sample.column_names}
+        # pieces[q][column]: one boolean mask over the sample per contiguous piece of the column
+        self.pieces: list[dict[str, list[np.ndarray]]] = [
+            {p.column: self._masks(q, p) for p in q.predicates if p.column in sample.column_names} for q in queries
+        ]
+
+    def _masks(self, query: Query, p: Predicate) -> list[np.ndarray]:
+        column = self.sample[p.column]
+        try:
+            if p.kind == "eq":
+                return [_mask(pc.equal(column, _scalar(v, column.type))) for v in p.values] or [_nothing(self.rows)]
+            selected = pa.array(np.ones(self.rows, dtype=bool))
+            if p.low is not None:
+                selected = pc.and_(selected, pc.greater_equal(column, _scalar(p.low, column.type)))
+            if p.high is not None:
+                selected = pc.and_(selected, pc.less_equal(column, _scalar(p.high, column.type)))
+            return [_mask(selected)]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as e:
+            raise WorkloadError(f"line {query.line}: cannot compare {p.column} ({column.type}) with the query's "
+                                f"value: {e}: {query.text}") from None  # fmt: skip
+
+    def usage(self) -> Counter[str]:
+        return Counter(c for q in self.queries for c in q.columns if c in self.sample.column_names)
+
+    def partition_columns(self) -> list[str]:
+        return [c for c in self.usage() if self.ndv[c] <= MAX_PARTITIONS]
+
+    def score(self, candidate: Candidate) -> Scored:
+        view = self._partitioned(candidate.partition_by)
+        cols = candidate.clustering_columns
+        caps = [self.ndv[c] for c in cols]
+        levels = {int(n): choose_levels(n, caps, candidate.weights) for n in np.unique(view.files)}
+        level_rows = np.array([levels[int(n)] for n in view.files], dtype=float)  # partitions x columns
+        scored = Scored(candidate, int(view.files.sum()))
+        for q, shares in enumerate(view.shares):
+            fraction = np.ones(len(view.files))
+            for i, c in enumerate(cols):
+                if c in shares:  # pieces x partitions: each piece's share of a partition's rows
+                    touched = (shares[c] * level_rows[:, i] + 1).sum(axis=0)
+                    fraction *= np.minimum(touched, level_rows[:, i]) / level_rows[:, i]
+            scored.files_read.append(float(np.maximum(1.0, view.files * fraction)[view.read[q]].sum()))
+        return scored
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _partitioned(self, partition_by: tuple[str, ...]) -> _Partitioned:
+        """Files per partition, and per query each predicate's piece shares and the partitions read."""
+        if partition_by:
+            codes = _codes(self.sample, partition_by)
+            parts = int(codes.max()) + 1
+        else:
+            codes, parts = np.zeros(self.rows, dtype=np.int64), 1
+        part_rows = np.bincount(codes, minlength=parts).astype(float)
+        files = np.maximum(MIN_PARTITION_FILES,
+                           np.round(self.table_bytes * part_rows / self.rows / self.target_file_bytes))  # fmt: skip
+        view = _Partitioned(files)
+        for pieces in self.pieces:
+            counts = {c: np.array([np.bincount(codes, weights=m, minlength=parts) for m in masks])
+                      for c, masks in pieces.items()}  # fmt: skip
+            view.shares.append({c: n / np.maximum(part_rows, 1) for c, n in counts.items()})
+            read = np.ones(parts, dtype=bool)
+            for c in partition_by:
+                if c in counts:  # the partitions none of whose sampled rows match are pruned
+                    read &= counts[c].sum(axis=0) > 0
+            view.read.append(read)
+        return view
+
+
+@dataclass
+class _Partitioned:
+    files: np.ndarray
+    shares: list[dict[str, np.ndarray]] = field(default_factory=list)
+    read: list[np.ndarray] = field(default_factory=list)
+
+
+def recommend(model: WorkloadModel, current: Candidate | None) -> list[Scored]:
+    """Every candidate scored, best first: fewest files read on average, then the simpler layout."""
+    scored = [model.score(current)] if current is not None else []
+    ranked = [c for c, _ in model.usage().most_common()]
+    for partition in [(), *((c,) for c in model.partition_columns())]:
+        pool = [c for c in ranked if c not in partition][:MAX_COLUMNS]
+        for size in range(1, len(pool) + 1):
+            for cols in itertools.combinations(pool, size):
+                uniform = model.score(Candidate(cols, tuple(1.0 for _ in cols), partition))
+                scored.append(uniform)
+                if size > 1:
+                    tuned = _tune_weights(model, uniform)
+                    if tuned.mean_files_read < uniform.mean_files_read:
+                        scored.append(tuned)
+
+    def simplest_best(s: Scored) -> tuple[float, int, int, bool]:
+        c = s.candidate
+        return round(s.mean_files_read, 6), len(c.partition_by), len(c.clustering_columns), not c.current
+
+    return sorted(scored, key=simplest_best)
+
+
+def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
+    """Coordinate descent on the column weights: each weight scaled up or down while that lowers
+    the mean files read (the best split of the levels is not simply proportional to use)."""
+    best = start
+    for _ in range(WEIGHT_ROUNDS):
+        improved = False
+        for i in range(len(best.candidate.weights)):
+            for factor in (2.0, 1.25, 0.8, 0.5):
+                w = list(best.candidate.weights)
+                w[i] *= factor
+                low = min(w)
+                weights = tuple(round(x / low, 2) for x in w)
+                if max(weights) > MAX_WEIGHT:
+                    continue
+                trial = model.score(dataclasses.replace(best.candidate, weights=weights))
+                if trial.mean_files_read < best.mean_files_read - 1e-9:
+                    best, improved = trial, True
+        if not improved:
+            break
+    return best
+
+
+def _scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
+    try:
+        return pa.scalar(value).cast(type_)  # '1995-01-01' for a date column, 7 for a float one
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.scalar(value)  # the comparison's own casting rules decide (2.5 against an int column)
+
+
+def _mask(selected: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(pc.fill_null(selected, False).to_numpy(zero_copy_only=False), dtype=float)
+
+
+def _nothing(rows: int) -> np.ndarray:
+    return np.zeros(rows, dtype=float)
+
+
+def _codes(sample: pa.Table, columns: Sequence[str]) -> np.ndarray:
+    """A dense partition number per sample row."""
+    combined = np.zeros(sample.num_rows, dtype=np.int64)
+    for c in columns:
+        k = np.asarray(pc.dictionary_encode(sample[c]).combine_chunks().indices.to_numpy(zero_copy_only=False))
+        combined = combined * (int(k.max()) + 1) + k
+    _, dense = np.unique(combined, return_inverse=True)
+    return dense.astype(np.int64)

@@ -1,0 +1,111 @@
+"""A workload file: one WHERE clause per line, reduced to the predicates data skipping can use.
+
+Clauses are parsed by the where-clause language of ``lakecluster explain`` (index/predicate.py),
+so literals are typed by their column. A predicate skipping can use compares one column with
+constants: ``=``, ``IN``, ``BETWEEN``, ``<``/``<=``/``>``/``>=`` and ``LIKE 'prefix%'``. ``AND`` is
+split into its terms; an ``OR`` of equalities on one column becomes one ``IN``; anything else
+(``OR`` across columns, ``NOT``, ``!=``, ``IS NULL``) restricts no range of a column and is dropped
+from the query's predicates, so the prediction for such a query is conservative. Blank lines and
+lines starting with ``--`` or ``#`` are ignored; a leading ``WHERE`` is optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lakecluster.errors import LakeclusterError, PredicateError
+from lakecluster.index import predicate as P
+from lakecluster.schema import ColumnSpec
+
+
+class WorkloadError(LakeclusterError):
+    """A workload file that cannot be read, or a line of it that is not a WHERE clause on the table."""
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """``column`` equal to one of ``values`` (kind ``eq``), or within ``[low, high]`` (kind ``range``;
+    ``None`` for an open end)."""
+
+    column: str
+    kind: str
+    values: tuple[Any, ...] = ()
+    low: Any = None
+    high: Any = None
+
+
+@dataclass(frozen=True)
+class Query:
+    line: int
+    text: str
+    predicates: tuple[Predicate, ...]
+
+    @property
+    def columns(self) -> set[str]:
+        return {p.column for p in self.predicates}
+
+
+def parse_workload(lines: Iterable[str], columns: Sequence[ColumnSpec]) -> list[Query]:
+    queries = []
+    for number, raw in enumerate(lines, start=1):
+        text = raw.strip()
+        if not text or text.startswith(("--", "#")):
+            continue
+        clause = text[5:].strip() if text[:5].upper() == "WHERE" and text[5:6].isspace() else text
+        try:
+            tree = P.parse(clause, columns)
+        except PredicateError as e:
+            at = f" at character {e.position + 1}" if e.position is not None else ""
+            raise WorkloadError(f"line {number}: {e.message}{at}: {text}") from None
+        queries.append(Query(number, text, tuple(_merge(_predicates(tree)))))
+    if not queries:
+        raise WorkloadError("the workload file holds no WHERE clause (one per line)")
+    return queries
+
+
+def _predicates(node: P.Expr) -> list[Predicate]:
+    if isinstance(node, P.And):
+        return [p for item in node.items for p in _predicates(item)]
+    if isinstance(node, P.Or):
+        # Only an OR of equalities on one column keeps a skippable shape (an IN); any other OR can
+        # match rows outside each branch's predicate, so it restricts nothing.
+        branches = [_predicates(item) for item in node.items]
+        if all(len(b) == 1 and b[0].kind == "eq" for b in branches) and len({b[0].column for b in branches}) == 1:
+            return [Predicate(branches[0][0].column, "eq", tuple(v for b in branches for v in b[0].values))]
+        return []
+    if isinstance(node, P.Compare):
+        if node.op == "=":
+            return [Predicate(node.column.name, "eq", (node.value,))]
+        if node.op in ("<", "<="):
+            return [Predicate(node.column.name, "range", high=node.value)]
+        if node.op in (">", ">="):
+            return [Predicate(node.column.name, "range", low=node.value)]
+    if isinstance(node, P.InList) and not node.negated:
+        return [Predicate(node.column.name, "eq", node.values)]
+    if isinstance(node, P.Between) and not node.negated:
+        return [Predicate(node.column.name, "range", low=node.low, high=node.high)]
+    if isinstance(node, P.Like) and not node.negated:
+        prefix, wildcard = P.like_prefix(node.pattern)
+        if wildcard is None:
+            return [Predicate(node.column.name, "eq", (prefix,))]
+        if prefix:  # every string starting with the prefix sorts between these two
+            return [Predicate(node.column.name, "range", low=prefix, high=prefix + "\U0010ffff")]
+    return []
+
+
+def _merge(predicates: list[Predicate]) -> list[Predicate]:
+    """One predicate per column: ranges intersected, equalities intersected, an equality over a range."""
+    by_column: dict[str, Predicate] = {}
+    for p in predicates:
+        seen = by_column.get(p.column)
+        if seen is None or (p.kind == "eq" and seen.kind == "range"):
+            by_column[p.column] = p
+        elif p.kind == "range" and seen.kind == "range":
+            low = seen.low if p.low is None else p.low if seen.low is None else max(seen.low, p.low)
+            high = seen.high if p.high is None else p.high if seen.high is None else min(seen.high, p.high)
+            by_column[p.column] = Predicate(p.column, "range", low=low, high=high)
+        elif p.kind == "eq" and seen.kind == "eq":
+            by_column[p.column] = Predicate(p.column, "eq", tuple(v for v in seen.values if v in p.values))
+    return list(by_column.values())

@@ -1,0 +1,78 @@
+"""Progress on stdout for the long-running commands, and quiet stdout beside JSON logs."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from tests.compaction.test_compaction import filled_for_subprocesses
+from tests.conftest import lakecluster_cmd, subprocess_env
+
+pytestmark = pytest.mark.integration
+
+
+def _compact_until(args: list[str], done: str, stream: str) -> tuple[str, str]:
+    """Run ``compact`` (the service loop) until ``done`` appears on ``stream``, then SIGTERM it."""
+    cmd = lakecluster_cmd(*args, "--set=compaction.interval_s=0.5", "--set=stream.progress=true",
+                          "--set=vacuum.interval_s=0", "compact")  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    outputs: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    seen = threading.Event()
+
+    def read(name: str, pipe: IO[str]) -> None:
+        for line in pipe:
+            outputs[name].append(line)
+            if name == stream and done in line:
+                seen.set()
+
+    readers = [threading.Thread(target=read, args=(name, pipe), daemon=True)
+               for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr))]  # fmt: skip
+    for r in readers:
+        r.start()
+    try:
+        seen.wait(600)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        pass  # reported below, with the output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for r in readers:
+        r.join(timeout=10)
+    out, err = "".join(outputs["stdout"]), "".join(outputs["stderr"])
+    assert seen.is_set(), f"no {done!r} on {stream}: " + (out + err)[-3000:]
+    return out, err  # (a clean stop on SIGTERM is tested in test_stream.py and the compaction tests)
+
+
+def test_the_compactor_shows_each_round_and_group_with_what_is_left(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    args = filled_for_subprocesses(spark, tmp_path / "t")
+    out, err = _compact_until(args, "left 0 group(s)", "stdout")
+    lines = [ln for ln in out.splitlines() if ln.startswith("compaction:")]
+    assert lines, out + err[-2000:]
+    head = re.fullmatch(r"compaction: version (\d+), (\d+) group\(s\), ([\d.,]+) MB to rewrite", lines[0])
+    assert head, lines[0]
+    groups = int(head.group(2))
+    assert groups >= 1
+    for i, line in enumerate(lines[1 : groups + 1], start=1):
+        assert line.startswith(f"compaction: group {i}/{groups} committed: "), line
+        assert f"left {groups - i} group(s)" in line and "point-query files" in line, line
+    assert lines[groups].endswith("left 0 group(s), 0.0 MB")
+
+
+def test_beside_json_logs_stdout_stays_quiet_and_log_lines_are_json(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    args = filled_for_subprocesses(spark, tmp_path / "t")
+    out, err = _compact_until(["--log-format=json", "--log-level=INFO", *args], '"message": "compacted', "stderr")
+    assert out == ""  # no progress lines, no banner: only the log stream
+    ours = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+    assert any(r["logger"] == "lakecluster.cli" and r["message"].startswith("lakecluster compact: ") for r in ours)
+    assert any(r["message"].startswith("compacted ") and r["level"] == "INFO" for r in ours), err[-3000:]
+    assert not any(ln.startswith("compaction:") for ln in err.splitlines())
