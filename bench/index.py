@@ -199,7 +199,6 @@ def bench_e2e(rows: int, workdir: Path) -> dict:
         "source.generator.max_rows_per_trigger": str(max(rows // 8, 1)), "stream.progress": "false",
         "stream.trigger_interval_s": "0", "metrics.port": "0", "compaction.target_file_bytes": "262144",
         "compaction.min_file_bytes": "65536", "compaction.min_input_files": "2", "compaction.max_groups_per_run": "100",
-        "compaction.orphan_min_age_s": "0",
     }  # fmt: skip
     config = load_config(overrides=overrides, environ={})
     spark = get_session(SparkConfig(conf={"spark.sql.shuffle.partitions": "2"}))

@@ -4,7 +4,7 @@
 
 The real stream (built-in SSB-like generator, cluster-on-write on, one unpartitioned table) runs
 micro-batches of ``--batch-rows`` rows written as files of at most ``--file-rows`` rows
-(``table.target_file_rows``), so every micro-batch leaves many small files, each a fraction of a
+(``stream.max_records_per_file``), so every micro-batch leaves many small files, each a fraction of a
 target file. After every ``--compact-every``
 micro-batches the compactor runs one round (the real one: planner, Spark rewrite, Delta commit),
 inside the stream's batch callback, so the interleaving is the same on every run. The run stops
@@ -109,7 +109,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     table = workdir / f"policy-{POLICIES.index(policy)}"
     overrides = {
         "table.path": str(table), "table.partition_by": "[]",
-        "source.generator.rows_per_second": "100000000", "table.target_file_rows": str(args.file_rows),
+        "source.generator.rows_per_second": "100000000", "stream.max_records_per_file": str(args.file_rows),
         "source.generator.max_rows_per_trigger": str(args.batch_rows),
         "stream.trigger_interval_s": "0", "stream.progress": "false", "metrics.port": "0",
         "compaction.target_file_bytes": str(args.target_bytes),
@@ -188,7 +188,7 @@ def main() -> None:
     p.add_argument("--files", type=int, default=500, help="stop when the table holds this many target-size files")
     p.add_argument("--target-bytes", type=int, default=64 * 1024)
     p.add_argument("--batch-rows", type=int, default=12_000)
-    p.add_argument("--file-rows", type=int, default=500, help="rows per stream file (table.target_file_rows)")
+    p.add_argument("--file-rows", type=int, default=500, help="rows per stream file (stream.max_records_per_file)")
     p.add_argument("--compact-every", type=int, default=4, help="micro-batches between compaction rounds")
     p.add_argument(
         "--only",

@@ -234,7 +234,7 @@ def _codes(sample: pa.Table, columns: Sequence[str]) -> np.ndarray:
     """A dense partition number per sample row."""
     combined = np.zeros(sample.num_rows, dtype=np.int64)
     for c in columns:
-        k = np.asarray(pc.dictionary_encode(sample[c]).combine_chunks().indices.to_numpy(zero_copy_only=False))
+        k = np.asarray(pc.dictionary_encode(sample[c], null_encoding="encode").combine_chunks().indices)
         combined = combined * (int(k.max()) + 1) + k
     _, dense = np.unique(combined, return_inverse=True)
     return dense.astype(np.int64)
