@@ -137,9 +137,8 @@ def main() -> None:
         depth = {c: clustering_depth(after_actions, [f.path for f in after], sketches, c, config.sketches.boundaries)
                  for c in config.table.clustering_columns}  # fmt: skip
         queries = parse_workload(workload_text.splitlines(), config.table.columns)
-        model = WorkloadModel(queries, sample_rows(dt.to_pyarrow_dataset(), [c.name for c in config.table.columns],
-                                                   200_000), sum(f.size for f in after),
-                              config.compaction.target_file_bytes)  # fmt: skip
+        sample, weights = sample_rows(dt.to_pyarrow_dataset(), after, [c.name for c in config.table.columns], 200_000)
+        model = WorkloadModel(queries, sample, weights, sum(f.size for f in after), config.compaction.target_file_bytes)
         modelled = model.score(Candidate(config.table.clustering_columns,
                                          tuple(1.0 for _ in config.table.clustering_columns), ()))  # fmt: skip
         real_reads = [files_matching(after_actions, q.predicates) for q in queries]

@@ -105,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
                     "default: half/current/double target_file_bytes x merge_fanout)")  # fmt: skip
     tu.add_argument("--queries", metavar="FILE", help="a file of the workload's WHERE clauses, one per line: "
                     "recommend clustering columns, weights and partitioning for it")  # fmt: skip
-    tu.add_argument("--sample-rows", type=int, default=200_000, metavar="N",
+    tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")
 
@@ -115,6 +115,16 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--malformed-every", type=int, default=0, metavar="N",
                     help="make every N-th record malformed, to see the quarantine work (default 0: none)")  # fmt: skip
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
-"""``lakecluster tune``: the compaction thresholds side by side, predicted on the table as it is.
+"""``lakecluster tune``: the compaction thresholds side by side, predicted on the table as it is;
+with ``--queries``, the layouts (clustering columns, weights, partitioning) scored on a workload.
 
-One row per grid point: groups and bytes the next round would rewrite, its write amplification
+One row per threshold grid point: groups and bytes the next round would rewrite, its write amplification
 (bytes rewritten per byte not yet compacted), the files left, and the files a point query on each
 clustering column would read afterwards. ``--out DIR`` adds a page plotting files read against
 bytes rewritten, the trade every threshold makes.
@@ -9,6 +10,7 @@ bytes rewritten, the trade every threshold makes.
 from __future__ import annotations
 
 import html
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +131,7 @@ def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str,
 def advise(config: Config, queries_path: str, sample_limit: int) -> dict[str, Any]:
     """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table."""
     try:
-        lines = Path(queries_path).read_text(encoding="utf-8").splitlines()
+        lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise WorkloadError(f"cannot read the workload file {queries_path}: {e}") from None
     t = config.table
@@ -138,18 +140,17 @@ def advise(config: Config, queries_path: str, sample_limit: int) -> dict[str, An
     files, _ = snapshot_files(table, t.partition_by)
     used = {c for q in queries for c in q.columns}
     columns = [c.name for c in t.columns if c.name in used | set(t.clustering_columns) | set(t.partition_by)]
-    sample = sample_rows(table.to_pyarrow_dataset(), columns, sample_limit)
+    sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     table_bytes = sum(f.size for f in files)
-    model = WorkloadModel(queries, sample, table_bytes, config.compaction.target_file_bytes)
+    model = WorkloadModel(queries, sample, weights, table_bytes, config.compaction.target_file_bytes)
     weights = config.compaction.weights()
     current = Candidate(t.clustering_columns, tuple(weights.get(c, 1.0) for c in t.clustering_columns),
                         t.partition_by, current=True)  # fmt: skip
     ranked = recommend(model, current)
 
     def row(s: Scored) -> dict[str, Any]:
-        reads = sorted(s.files_read)
         return {**s.candidate.describe(), "files": s.files, "mean_files_read": round(s.mean_files_read, 2),
-                "median_files_read": reads[len(reads) // 2], "max_files_read": reads[-1],
+                "median_files_read": statistics.median(s.files_read), "max_files_read": max(s.files_read),
                 "files_read": [round(x, 1) for x in s.files_read]}  # fmt: skip
 
     return {"table": t.path, "version": table.version(), "workload": queries_path, "queries": len(queries),
@@ -196,6 +197,8 @@ def format_advice(data: dict[str, Any]) -> str:
               f"  clustering_columns = {best['clustering_columns']!r}".replace("'", '"')]  # fmt: skip
     if len(set(best["column_weights"].values())) > 1:
         lines += ["  [compaction.column_weights]", *(f"  {k} = {v:g}" for k, v in best["column_weights"].items())]
+    elif len(set(now["column_weights"].values())) > 1:
+        lines.append("  (and no [compaction.column_weights]: equal weights)")
     lines += ["", "files read per query, current -> recommended:"]
     for i, text in enumerate(data["query_text"][:SHOWN_QUERIES]):
         lines.append(f"  {now['files_read'][i]:>9,.1f} -> {best['files_read'][i]:<9,.1f} {text}")

@@ -12,8 +12,7 @@ table is laid out that way, predicted from a sample of the table's rows (no rewr
 * the query reads ``max(1, n * prod(touched_c / levels_c))`` files of each partition its
   predicates on the partition column do not prune (every partition without one).
 
-Candidates: every set of up to ``MAX_COLUMNS`` of the columns the workload filters on (most used
-first), each with equal weights and with the weights that minimise the mean (coordinate descent),
+Candidates: every set of the ``MAX_COLUMNS`` columns the workload filters on most often, each with equal weights and with the weights that minimise the mean (coordinate descent),
 partitioned by nothing or by one of the filtered columns with at most ``MAX_PARTITIONS`` values; and
 the table's current settings, scored the same way. The counts are estimates of the same model
 ``lakecluster tune`` and the compactor's layout use, for comparing candidates, not a promise.
@@ -29,12 +28,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
+from lakecluster.compaction.planner import DataFile
 from lakecluster.layout import choose_levels
 
 from .workload import Predicate, Query, WorkloadError
@@ -44,6 +45,7 @@ MAX_PARTITIONS = 1000
 WEIGHT_ROUNDS = 8
 MAX_WEIGHT = 16.0  # beyond it the other columns get one level: the same layout as leaving them out
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
+MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
 
 
 @dataclass(frozen=True)
@@ -70,50 +72,69 @@ class Scored:
         return sum(self.files_read) / len(self.files_read)
 
 
-def sample_rows(dataset: pds.Dataset, columns: Sequence[str], limit: int, seed: int = 0) -> pa.Table:
-    """Up to about ``limit`` rows of ``columns`` from whole files picked at random."""
-    fragments = list(dataset.get_fragments())
-    random.Random(seed).shuffle(fragments)
-    picked, rows = [], 0
-    for fragment in fragments:
-        if rows >= limit:
-            break
-        picked.append(fragment)
-        rows += fragment.count_rows()
-    if not picked:
-        return pa.table({c: pa.array([], dataset.schema.field(c).type) for c in columns})
-    subset = pds.FileSystemDataset(picked, dataset.schema, dataset.format, dataset.filesystem)
-    return subset.to_table(columns=list(columns))
+def sample_rows(dataset: pds.Dataset, files: Sequence[DataFile], columns: Sequence[str], limit: int,
+                seed: int = 0) -> tuple[pa.Table, np.ndarray]:  # fmt: skip
+    """About ``limit`` rows of ``columns`` from every partition of the table in proportion to its rows
+    (at least a few from each), and per row the number of the table's rows it stands for."""
+    rows_of = {unquote(f.path).rsplit("/", 1)[-1]: f for f in files}
+    strata: dict[tuple[tuple[str, str | None], ...], list[tuple[pds.Fragment, int]]] = {}
+    for fragment in dataset.get_fragments():
+        f = rows_of.get(fragment.path.rsplit("/", 1)[-1])
+        rows = f.rows if f is not None and f.rows else fragment.count_rows()
+        strata.setdefault(f.partition if f is not None else (), []).append((fragment, rows))
+    total = sum(n for members in strata.values() for _, n in members)
+    floor = max(1, min(MIN_STRATUM_ROWS, limit // max(1, len(strata))))
+    rng = random.Random(seed)
+    parts, weights = [], []
+    for members in strata.values():
+        stratum_rows = sum(n for _, n in members)
+        wanted = min(stratum_rows, max(floor, round(limit * stratum_rows / max(total, 1))))
+        rng.shuffle(members)
+        taken = 0
+        for fragment, n in members:
+            if taken >= wanted:
+                break
+            one = pds.FileSystemDataset([fragment], dataset.schema, dataset.format, dataset.filesystem)
+            piece = one.head(min(n, wanted - taken), columns=list(columns))
+            parts.append(piece)
+            taken += piece.num_rows
+        if taken:
+            weights.append(np.full(taken, stratum_rows / taken))
+    if not parts:
+        return pa.table({c: pa.array([], dataset.schema.field(c).type) for c in columns}), np.zeros(0)
+    return pa.concat_tables(parts).combine_chunks(), np.concatenate(weights)
 
 
 class WorkloadModel:
-    """Per query and column, the row masks of the pieces each predicate selects in the sample."""
+    """Per query and column, the sample rows of each piece its predicate selects."""
 
-    def __init__(self, queries: Sequence[Query], sample: pa.Table, table_bytes: int, target_file_bytes: int) -> None:
+    def __init__(self, queries: Sequence[Query], sample: pa.Table, weights: np.ndarray, table_bytes: int,
+                 target_file_bytes: int) -> None:  # fmt: skip
         if sample.num_rows == 0:
             raise WorkloadError("the table has no rows to sample: ingest some data before asking for a layout")
         self.queries = list(queries)
         self.sample = sample
+        self.weights = np.asarray(weights, dtype=float)
         self.rows = sample.num_rows
         self.table_bytes = table_bytes
         self.target_file_bytes = target_file_bytes
         self.ndv = {c: max(1, pc.count_distinct(sample[c]).as_py()) for c in sample.column_names}
-        # pieces[q][column]: one boolean mask over the sample per contiguous piece of the column
+        # pieces[q][column]: the sample's row numbers of each contiguous piece of the column
         self.pieces: list[dict[str, list[np.ndarray]]] = [
-            {p.column: self._masks(q, p) for p in q.predicates if p.column in sample.column_names} for q in queries
+            {p.column: self._rows(q, p) for p in q.predicates if p.column in sample.column_names} for q in queries
         ]
 
-    def _masks(self, query: Query, p: Predicate) -> list[np.ndarray]:
+    def _rows(self, query: Query, p: Predicate) -> list[np.ndarray]:
         column = self.sample[p.column]
         try:
             if p.kind == "eq":
-                return [_mask(pc.equal(column, _scalar(v, column.type))) for v in p.values] or [_nothing(self.rows)]
+                return [_selected(pc.equal(column, _scalar(v, column.type))) for v in p.values] or [_NONE]
             selected = pa.array(np.ones(self.rows, dtype=bool))
             if p.low is not None:
                 selected = pc.and_(selected, pc.greater_equal(column, _scalar(p.low, column.type)))
             if p.high is not None:
                 selected = pc.and_(selected, pc.less_equal(column, _scalar(p.high, column.type)))
-            return [_mask(selected)]
+            return [_selected(selected)]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as e:
             raise WorkloadError(f"line {query.line}: cannot compare {p.column} ({column.type}) with the query's "
                                 f"value: {e}: {query.text}") from None  # fmt: skip
@@ -148,13 +169,13 @@ class WorkloadModel:
             parts = int(codes.max()) + 1
         else:
             codes, parts = np.zeros(self.rows, dtype=np.int64), 1
-        part_rows = np.bincount(codes, minlength=parts).astype(float)
-        files = np.maximum(MIN_PARTITION_FILES,
-                           np.round(self.table_bytes * part_rows / self.rows / self.target_file_bytes))  # fmt: skip
+        part_rows = np.bincount(codes, weights=self.weights, minlength=parts)
+        share = part_rows / part_rows.sum()
+        files = np.maximum(MIN_PARTITION_FILES, np.round(self.table_bytes * share / self.target_file_bytes))
         view = _Partitioned(files)
         for pieces in self.pieces:
-            counts = {c: np.array([np.bincount(codes, weights=m, minlength=parts) for m in masks])
-                      for c, masks in pieces.items()}  # fmt: skip
+            counts = {c: np.array([np.bincount(codes[i], weights=self.weights[i], minlength=parts) for i in rows])
+                      for c, rows in pieces.items()}  # fmt: skip
             view.shares.append({c: n / np.maximum(part_rows, 1) for c, n in counts.items()})
             read = np.ones(parts, dtype=bool)
             for c in partition_by:
@@ -174,21 +195,27 @@ class _Partitioned:
 def recommend(model: WorkloadModel, current: Candidate | None) -> list[Scored]:
     """Every candidate scored, best first: fewest files read on average, then the simpler layout."""
     scored = [model.score(current)] if current is not None else []
+    seen = {(current.clustering_columns, current.weights, current.partition_by)} if current is not None else set()
     ranked = [c for c, _ in model.usage().most_common()]
     for partition in [(), *((c,) for c in model.partition_columns())]:
         pool = [c for c in ranked if c not in partition][:MAX_COLUMNS]
         for size in range(1, len(pool) + 1):
             for cols in itertools.combinations(pool, size):
                 uniform = model.score(Candidate(cols, tuple(1.0 for _ in cols), partition))
-                scored.append(uniform)
+                found = [uniform]
                 if size > 1:
                     tuned = _tune_weights(model, uniform)
                     if tuned.mean_files_read < uniform.mean_files_read:
-                        scored.append(tuned)
+                        found.append(tuned)
+                for one in found:
+                    key = (one.candidate.clustering_columns, one.candidate.weights, one.candidate.partition_by)
+                    if key not in seen:  # the current layout is already there, marked as such
+                        seen.add(key)
+                        scored.append(one)
 
-    def simplest_best(s: Scored) -> tuple[float, int, int, bool]:
-        c = s.candidate
-        return round(s.mean_files_read, 6), len(c.partition_by), len(c.clustering_columns), not c.current
+    def simplest_best(s: Scored) -> tuple[float, bool, int, int, int]:
+        c = s.candidate  # on a tie: the current layout (no change), then the one with fewer files, partitions, columns
+        return round(s.mean_files_read, 6), not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
 
     return sorted(scored, key=simplest_best)
 
@@ -222,12 +249,12 @@ def _scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
         return pa.scalar(value)  # the comparison's own casting rules decide (2.5 against an int column)
 
 
-def _mask(selected: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(pc.fill_null(selected, False).to_numpy(zero_copy_only=False), dtype=float)
+def _selected(selected: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Row numbers where ``selected`` is true (null: false), compact for the selective pieces."""
+    return np.flatnonzero(np.asarray(pc.fill_null(selected, False).to_numpy(zero_copy_only=False))).astype(np.int32)
 
 
-def _nothing(rows: int) -> np.ndarray:
-    return np.zeros(rows, dtype=float)
+_NONE = np.zeros(0, dtype=np.int32)
 
 
 def _codes(sample: pa.Table, columns: Sequence[str]) -> np.ndarray:

@@ -11,6 +11,7 @@ lines starting with ``--`` or ``#`` are ignored; a leading ``WHERE`` is optional
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,13 +54,15 @@ def parse_workload(lines: Iterable[str], columns: Sequence[ColumnSpec]) -> list[
         text = raw.strip()
         if not text or text.startswith(("--", "#")):
             continue
-        clause = text[5:].strip() if text[:5].upper() == "WHERE" and text[5:6].isspace() else text
+        clause = text.rstrip(";").strip()
+        if clause[:5].upper() == "WHERE" and (clause[5:6].isspace() or clause[5:6] == "("):
+            clause = clause[5:].strip()
         try:
             tree = P.parse(clause, columns)
         except PredicateError as e:
             at = f" at character {e.position + 1}" if e.position is not None else ""
             raise WorkloadError(f"line {number}: {e.message}{at}: {text}") from None
-        queries.append(Query(number, text, tuple(_merge(_predicates(tree)))))
+        queries.append(Query(number, text, tuple(_distinct(p) for p in _merge(_predicates(tree)))))
     if not queries:
         raise WorkloadError("the workload file holds no WHERE clause (one per line)")
     return queries
@@ -93,6 +96,11 @@ def _predicates(node: P.Expr) -> list[Predicate]:
         if prefix:  # every string starting with the prefix sorts between these two
             return [Predicate(node.column.name, "range", low=prefix, high=prefix + "\U0010ffff")]
     return []
+
+
+def _distinct(p: Predicate) -> Predicate:
+    """An equality's values once each (``IN ('a', 'a')`` selects what ``= 'a'`` does)."""
+    return dataclasses.replace(p, values=tuple(dict.fromkeys(p.values))) if p.kind == "eq" else p
 
 
 def _merge(predicates: list[Predicate]) -> list[Predicate]:

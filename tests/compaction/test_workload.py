@@ -7,8 +7,10 @@ import datetime as dt
 import numpy as np
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
-from lakecluster.compaction.advise import Candidate, WorkloadModel, recommend
+from lakecluster.compaction.advise import Candidate, WorkloadModel, recommend, sample_rows
+from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.workload import Predicate, WorkloadError, parse_workload
 from lakecluster.config import load_config
 
@@ -62,7 +64,8 @@ def _model(clauses: list[str], files: int = 100, rows: int = 100_000) -> Workloa
         "c_city": pa.array([f"city{i:04d}" for i in rng.integers(0, 1000, rows)]),
         "d_year": pa.array(rng.integers(1992, 1997, rows), pa.int32()),
     })  # fmt: skip
-    return WorkloadModel(parse_workload(clauses, COLUMNS), sample, table_bytes=files * 1000, target_file_bytes=1000)
+    return WorkloadModel(parse_workload(clauses, COLUMNS), sample, np.ones(rows), table_bytes=files * 1000,
+                         target_file_bytes=1000)  # fmt: skip
 
 
 def test_a_query_without_a_predicate_reads_every_file_and_a_point_query_about_one() -> None:
@@ -106,3 +109,36 @@ def test_partitioning_prunes_only_queries_that_filter_on_it() -> None:
     # A predicate matching no sampled row prunes every partition.
     none = _model(["d_year = 2030"])
     assert none.score(Candidate(("s_city",), (1.0,), ("d_year",))).files_read == [0.0]
+
+
+def test_the_sample_covers_every_partition_and_weighs_rows_by_what_they_stand_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # 7 partitions of very different sizes, written by delta-rs; a sample far smaller than the table.
+    years = np.repeat(np.arange(1992, 1999, dtype=np.int32), [20_000, 10_000, 5_000, 2_000, 1_000, 500, 200])
+    rng = np.random.default_rng(1)
+    data = pa.table({"d_year": years, "s_city": pa.array([f"c{i}" for i in rng.integers(0, 250, len(years))])})
+    write_deltalake(str(tmp_path / "t"), data, partition_by=["d_year"])
+    table = DeltaTable(str(tmp_path / "t"))
+    files, _ = snapshot_files(table, ["d_year"])
+    sample, weights = sample_rows(table.to_pyarrow_dataset(), files, ["d_year", "s_city"], limit=2_000)
+    assert sample.num_rows <= 2_000 + 7 * 100
+    assert set(sample["d_year"].to_pylist()) == set(range(1992, 1999))  # the 200-row partition too
+    assert weights.sum() == pytest.approx(len(years))
+    for year in (1992, 1998):  # each partition's weight adds up to its rows
+        stands_for = weights[np.asarray(sample["d_year"]) == year].sum()
+        assert stands_for == pytest.approx(int((years == year).sum()))
+    model = WorkloadModel(parse_workload([f"d_year = {y}" for y in range(1992, 1999)], COLUMNS), sample, weights,
+                          table_bytes=70_000, target_file_bytes=1_000)  # fmt: skip
+    scored = model.score(Candidate(("s_city",), (1.0,), ("d_year",)))
+    assert all(n >= 1 for n in scored.files_read)  # no partition is taken for empty
+    assert scored.files_read[0] == pytest.approx(70_000 * 20_000 / len(years) / 1_000, rel=0.05)
+
+
+def test_a_tie_keeps_the_current_layout_and_repeated_values_count_once() -> None:
+    model = _model(["s_city >= 'city'"])  # every row: no layout reads fewer than all 100 files
+    current = Candidate(("c_city", "d_year"), (1.0, 1.0), (), current=True)  # more columns: still kept
+    ranked = recommend(model, current)
+    assert {s.mean_files_read for s in ranked} == {100.0} and len(ranked) > 1
+    assert ranked[0].candidate.current
+    once, repeated = _model(["s_city IN ('city0001')", "s_city IN ('city0001', 'city0001', 'city0001')"]).score(
+        Candidate(("s_city",), (1.0,), ())).files_read  # fmt: skip
+    assert once == repeated
