@@ -13,9 +13,10 @@ table is laid out that way, predicted from a sample of the table's rows (no rewr
   predicates on the partition column do not prune (every partition without one).
 
 Candidates: every set of the ``MAX_COLUMNS`` columns the workload filters on most often, each with
-equal weights and with the weights that minimise the mean (coordinate descent), partitioned by nothing or by one of the filtered columns with at most ``MAX_PARTITIONS`` values; and
-the table's current settings, scored the same way. The counts are estimates of the same model
-``lakecluster tune`` and the compactor's layout use, for comparing candidates, not a promise.
+equal weights and with the weights that minimise the mean (coordinate descent), partitioned by
+nothing or by one of the filtered columns with at most ``MAX_PARTITIONS`` values; and the table's
+current settings, scored the same way. The counts are estimates of the same model ``lakecluster
+tune`` and the compactor's layout use, for comparing candidates, not a promise.
 """
 
 from __future__ import annotations
