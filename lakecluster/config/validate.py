@@ -195,6 +195,9 @@ def _validate_kafka(kc: KafkaSourceConfig) -> None:
         if name.startswith("kafka."):
             raise ConfigError(f"source.kafka.options.{name}", f"give Kafka client properties without the "
                                                               f"'kafka.' prefix: {name[6:]}")  # fmt: skip
+        if "_" in name and "." not in name:  # kafka-python's spelling (security_protocol): Spark would ignore it
+            raise ConfigError(f"source.kafka.options.{name}", "give Kafka client properties under their Java names, "
+                                                              f"with dots: {name.replace('_', '.')!r}")  # fmt: skip
 
 
 def parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:

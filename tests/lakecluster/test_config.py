@@ -148,6 +148,12 @@ def test_option_names_keep_their_dots_from_every_source(tmp_path: Path) -> None:
     assert dict(config.source.kafka.options) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
 
 
+def test_kafka_option_names_in_kafka_pythons_spelling_are_refused_with_the_java_name() -> None:
+    with pytest.raises(ConfigError, match=r"source\.kafka\.options\.security_protocol'?: .*'security\.protocol'"):
+        load_config(overrides={"source.kind": "kafka", "source.kafka.topics": '["t"]',
+                               "source.kafka.options.security_protocol": '"SASL_SSL"'}, environ={})
+
+
 def test_metrics_bind_loopback_unless_set_otherwise() -> None:
     assert load_config(environ={}).metrics.host == "127.0.0.1"
     assert load_config(environ={"LAKECLUSTER_METRICS__HOST": "0.0.0.0"}).metrics.host == "0.0.0.0"
