@@ -8,7 +8,7 @@ and unclustered. A compaction writes one clustered run of generation ``g`` (its 
   at most ``max_group_bytes``) and each group becomes a run of generation 1;
 * when a partition holds ``merge_fanout`` runs of the same generation ``g < max_generation``,
   they are merged (re-clustered together) into one run of generation ``g + 1``, because one
-  clustered run of n files skips far better than several small ones (brief §6);
+  clustered run of n files skips far better than several small ones;
 * a run's files smaller than ``min_file_bytes`` ride along with the next group of the partition.
 
 Each row is rewritten at most once per generation, so write amplification is bounded by about

@@ -1,8 +1,9 @@
 """Space-filling curve keys (Z-order and Hilbert) over per-column integer coordinates, vectorised.
 
 Coordinates are small non-negative integers per row and column (ranks or levels taken from the
-boundary sketches, never raw values: brief §3.1). Everything here works on numpy arrays of a
-whole Arrow batch at once: the loops run over bits and columns, never over rows.
+boundary sketches, never raw values, so skewed and string columns fill their coordinates evenly).
+Everything here works on numpy arrays of a whole Arrow batch at once: the loops run over bits and
+columns, never over rows.
 
 Keys keep every bit: a key of ``sum(bits)`` bits is returned as big-endian bytes (one
 ``fixed_size_binary`` value per row), which sort the same way as the integer they spell, in numpy

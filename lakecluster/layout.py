@@ -6,7 +6,7 @@ sketches (never raw values):
 * the **cell**: each clustering column cut into ``levels`` equal-depth ranges; the cells are
   ordered along the curve. Levels are chosen per column (``choose_levels``) so that the number of
   cells is about the number of output files and every column gets its share of the resolution:
-  with equal bits a column of 250 distinct values is starved by one of 1000 (brief §6). An output
+  with equal bits a column of 250 distinct values is starved by one of 1000. An output
   file holds whole cells, so a point query on column *i* reads about ``files / levels[i]`` files;
   with equal levels that is the bound ``N^((d-1)/d)``.
 * the **fine key**: the curve over full-resolution ranks, ordering rows inside a cell (narrow row

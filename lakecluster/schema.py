@@ -74,7 +74,7 @@ def arrow_type(col: ColumnSpec) -> pa.DataType:
 
 
 def arrow_schema(columns: tuple[ColumnSpec, ...]) -> pa.Schema:
-    """Arrow schema of the table; every field nullable, as Delta writers expect (brief §5)."""
+    """Arrow schema of the table; every field nullable, as Delta writers expect."""
     return pa.schema([pa.field(c.name, arrow_type(c), nullable=True) for c in columns])
 
 

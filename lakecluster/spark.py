@@ -29,7 +29,7 @@ BASE_CONF = {
     "spark.delta.logStore.s3.impl": jars.LOGSTORE_CLASS,
     "spark.delta.logStore.s3a.impl": jars.LOGSTORE_CLASS,
     "spark.sql.session.timeZone": "UTC",
-    # Spark 4 writes INT96 timestamps by default: no stats, read back as ns (brief §5).
+    # Spark 4 writes INT96 timestamps by default: no stats, read back as ns.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.shuffle.partitions": "8",
     # Delta rebuilds a snapshot with this many shuffle partitions (default 50): on a few cores
@@ -75,7 +75,7 @@ def get_session(
     extra: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Build (or reuse) the session. ``s3`` adds hadoop-aws and the S3 settings."""
-    # Python workers must run this interpreter, or they fail to import lakecluster (brief §5).
+    # Python workers must run this interpreter, or they fail to import lakecluster.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(config.master).appName(app_name)
