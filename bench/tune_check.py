@@ -62,7 +62,7 @@ def config_for(table: Path, rows: int, batch_rows: int, **settings: str) -> Any:
 
 def files_matching(actions: pa.Table, predicates: Any) -> int:
     """Files whose min/max in the log may hold a row matching every predicate (what a reader reads)."""
-    from lakecluster.compaction.advise import _scalar
+    from lakecluster.compaction.advise import column_scalar
 
     keep = np.ones(actions.num_rows, dtype=bool)
     for p in predicates:
@@ -70,14 +70,14 @@ def files_matching(actions: pa.Table, predicates: Any) -> int:
         if p.kind == "eq":
             hit = np.zeros(actions.num_rows, dtype=bool)
             for v in p.values:
-                s = _scalar(v, lo.type)
+                s = column_scalar(v, lo.type)
                 hit |= np.asarray(pc.fill_null(pc.and_(pc.less_equal(lo, s), pc.greater_equal(hi, s)), True))
         else:
             hit = np.ones(actions.num_rows, dtype=bool)
             if p.low is not None:
-                hit &= np.asarray(pc.fill_null(pc.greater_equal(hi, _scalar(p.low, hi.type)), True))
+                hit &= np.asarray(pc.fill_null(pc.greater_equal(hi, column_scalar(p.low, hi.type)), True))
             if p.high is not None:
-                hit &= np.asarray(pc.fill_null(pc.less_equal(lo, _scalar(p.high, lo.type)), True))
+                hit &= np.asarray(pc.fill_null(pc.less_equal(lo, column_scalar(p.high, lo.type)), True))
         keep &= hit
     return int(keep.sum())
 

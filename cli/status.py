@@ -132,7 +132,7 @@ def _lag(config: Config, timeout_s: float) -> dict[str, Any]:
             "partitions": {f"{t}/{p}": n for (t, p), n in sorted(lags.items())}}  # fmt: skip
 
 
-def _size(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -154,8 +154,9 @@ def format_text(s: dict[str, Any]) -> str:
     lines = [
         f"table      {s['table']}",
         f"version    {s['version']} (last commit {_ago(s['last_commit_seconds_ago'])})",
-        f"files      {s['files']:,} ({_size(s['bytes'])}, {s['rows']:,} rows); {s['small_files']:,} small; "
-        f"sizes p10 {_size(fb['p10'])}, p50 {_size(fb['p50'])}, p90 {_size(fb['p90'])}, max {_size(fb['max'])}",
+        f"files      {s['files']:,} ({human_bytes(s['bytes'])}, {s['rows']:,} rows); {s['small_files']:,} small; "
+        f"sizes p10 {human_bytes(fb['p10'])}, p50 {human_bytes(fb['p50'])}, p90 {human_bytes(fb['p90'])}, "
+        f"max {human_bytes(fb['max'])}",
     ]
     if s["clustering"] is None:
         lines.append("clustering no boundary sketches yet (the stream writes them)")
@@ -175,8 +176,9 @@ def format_text(s: dict[str, Any]) -> str:
         lines.append(f"index      at version {idx['delta_version']} ({idx['versions_behind']} behind)")
     comp = s["compaction"]
     rewrite = comp["last_rewrite"]
-    lines.append(f"compaction {comp['pending_groups']} group(s) pending ({_size(comp['pending_bytes'])}); last rewrite "
-                 + ("never" if rewrite is None else f"version {rewrite['version']}, {_ago(rewrite['seconds_ago'])}"))
+    last = "never" if rewrite is None else f"version {rewrite['version']}, {_ago(rewrite['seconds_ago'])}"
+    lines.append(f"compaction {comp['pending_groups']} group(s) pending ({human_bytes(comp['pending_bytes'])}); "
+                 f"last rewrite {last}")
     vac = s["vacuum"]["last_run"]
     lines.append("vacuum     " + ("never" if vac is None else f"version {vac['version']}, {_ago(vac['seconds_ago'])}"))
     for stream, info in s["streams"].items():

@@ -24,6 +24,7 @@ from lakecluster.sketch_store import SketchStore
 from lakecluster.table import open_table
 
 from .report import HEIGHT, PAD, WIDTH, _axes, _svg
+from .status import human_bytes
 
 SHOWN_CANDIDATES = 12
 SHOWN_QUERIES = 20
@@ -161,13 +162,6 @@ def advise(config: Config, queries_path: str, sample_limit: int) -> dict[str, An
             "current": row(next(s for s in ranked if s.candidate.current))}  # fmt: skip
 
 
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return f"{n:,.0f} B"
-
-
 def _layout(c: dict[str, Any]) -> str:
     weights = c["column_weights"]
     uneven = len(set(weights.values())) > 1
@@ -178,7 +172,7 @@ def _layout(c: dict[str, Any]) -> str:
 def format_advice(data: dict[str, Any]) -> str:
     lines = [f"{data['workload']}: {data['queries']} queries; {data['table']} at version {data['version']}, "
              f"{data['table_bytes'] / 1e6:,.1f} MB, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
-             f"target {_size(data['target_file_bytes'])} per file", "",
+             f"target {human_bytes(data['target_file_bytes'])} per file", "",
              "candidate layouts, best first (files a query of the workload reads):"]  # fmt: skip
     table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
     shown = data["candidates"][:SHOWN_CANDIDATES]

@@ -129,12 +129,12 @@ class WorkloadModel:
         column = self.sample[p.column]
         try:
             if p.kind == "eq":
-                return [_selected(pc.equal(column, _scalar(v, column.type))) for v in p.values] or [_NONE]
+                return [_selected(pc.equal(column, column_scalar(v, column.type))) for v in p.values] or [_NONE]
             selected = pa.array(np.ones(self.rows, dtype=bool))
             if p.low is not None:
-                selected = pc.and_(selected, pc.greater_equal(column, _scalar(p.low, column.type)))
+                selected = pc.and_(selected, pc.greater_equal(column, column_scalar(p.low, column.type)))
             if p.high is not None:
-                selected = pc.and_(selected, pc.less_equal(column, _scalar(p.high, column.type)))
+                selected = pc.and_(selected, pc.less_equal(column, column_scalar(p.high, column.type)))
             return [_selected(selected)]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as e:
             raise WorkloadError(f"line {query.line}: cannot compare {p.column} ({column.type}) with the query's "
@@ -243,7 +243,7 @@ def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
     return best
 
 
-def _scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
+def column_scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
     try:
         return pa.scalar(value).cast(type_)  # '1995-01-01' for a date column, 7 for a float one
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

@@ -310,11 +310,6 @@ class Compactor:
         self._busy.set()
         try:
             written = rewrite(self.spark, group, spec)
-            if self._cancelled.is_set():
-                raise _Stopped
-            return written
-        except _Stopped:
-            raise
         except Exception as e:
             if self.stopping and ("cancel" in str(e).lower() or "interrupt" in str(e).lower()):
                 raise _Stopped from None
@@ -322,6 +317,9 @@ class Compactor:
         finally:
             self._busy.clear()
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        if self._cancelled.is_set():
+            raise _Stopped
+        return written
 
     def _scanned(self, actions: pa.Table, paths: list[str], sketches: BoundarySketches) -> float:
         cols = self.config.table.clustering_columns
