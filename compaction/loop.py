@@ -260,7 +260,7 @@ class Compactor:
         run_id = uuid.uuid4().hex[:12]
         spec = RewriteSpec(self.spec.uri, self.config.table.columns, self.spec.partition_by, layout,
                            target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}",
-                           storage=self.config.storage)  # fmt: skip
+                           storage=storage.resolved(self.config.storage))  # fmt: skip
         try:
             written = self._rewrite(group, spec)
         except _Stopped:

@@ -12,6 +12,7 @@ delta-rs with ``aws_conditional_put=etag``, Spark through lakecluster's LogStore
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -64,6 +65,19 @@ class S3Settings:
     @property
     def uses_http(self) -> bool:
         return bool(self.endpoint) and urlsplit(self.endpoint or "").scheme == "http"
+
+
+def resolved(storage: StorageConfig | None = None) -> StorageConfig:
+    """The settings with what this process's AWS environment supplies filled in.
+
+    For work shipped to other hosts (Spark executors): their environment is not this one's, so
+    they must get the values the driver resolved. Whatever stays unset (no key anywhere) is left to
+    the executor's own AWS default chain, an instance role for example.
+    """
+    cfg = storage or _current
+    s = S3Settings.of(cfg)
+    return dataclasses.replace(cfg, s3_endpoint=s.endpoint, s3_region=s.region, s3_access_key_id=s.access_key_id,
+                               s3_secret_access_key=s.secret_access_key, s3_session_token=s.session_token)  # fmt: skip
 
 
 def filesystem(uri: str, storage: StorageConfig | None = None) -> tuple[pafs.FileSystem, str]:

@@ -100,9 +100,11 @@ def consumer(k: KafkaSourceConfig) -> Any:
 
     kwargs = client_kwargs(k)
     deadline = time.monotonic() + k.connect_timeout_s
+    reachable = False  # some server took a TCP connection: then the Kafka handshake is what fails
     while True:
         problem = _probe(kwargs["bootstrap_servers"], k.connect_timeout_s)
         if problem is None:
+            reachable = True
             try:
                 return KafkaConsumer(**kwargs, enable_auto_commit=False, group_id=None)
             except KafkaConfigurationError as e:
@@ -110,11 +112,24 @@ def consumer(k: KafkaSourceConfig) -> Any:
             except (KafkaError, OSError) as e:
                 problem = str(e)
         if time.monotonic() > deadline:
-            raise BrokerUnavailableError(
-                f"no Kafka broker answered at {k.bootstrap_servers} within {k.connect_timeout_s:g}s ({problem}); "
-                "check source.kafka.bootstrap_servers and that the brokers are running"
-            )
+            raise BrokerUnavailableError(_unavailable(k, problem, reachable))
         time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+
+
+def _unavailable(k: KafkaSourceConfig, problem: str | None, reachable: bool) -> str:
+    within = f"within {k.connect_timeout_s:g}s ({problem})"
+    if not reachable:
+        return (f"no Kafka broker answered at {k.bootstrap_servers} {within}; "
+                "check source.kafka.bootstrap_servers and that the brokers are running")  # fmt: skip
+    # A broker that refuses a SASL login just closes the connection: the client sees a disconnect.
+    security = {n: v for n, v in k.options.items() if n in ("security.protocol", "sasl.mechanism")}
+    if security:
+        hint = (f"check the login and security settings in source.kafka.options "
+                f"({', '.join(f'{n}={v}' for n, v in security.items())}); the broker may refuse them")  # fmt: skip
+    else:
+        hint = ("check that source.kafka.bootstrap_servers names a Kafka listener, and whether that listener "
+                "needs security settings (security.protocol, sasl.*, ssl.*) in source.kafka.options")  # fmt: skip
+    return f"{k.bootstrap_servers} accepts connections but no Kafka session could be set up {within}; {hint}"
 
 
 def partitions(k: KafkaSourceConfig, client: Any) -> list[tuple[str, int]]:

@@ -1,8 +1,10 @@
 """lakecluster on a Spark standalone cluster (a master and two workers on loopback), unchanged:
-the stream and a compaction round with ``--master spark://...`` on an ``s3://`` table."""
+the stream and a compaction round with ``--master spark://...`` on an ``s3://`` table whose
+endpoint and credentials only the driver's AWS environment holds (the workers have none)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +37,6 @@ def test_stream_and_compaction_run_on_a_standalone_cluster(
     uri = f"{s3_prefix.rstrip('/')}/lineorder"
     settings = {
         **SMALL, "table.path": uri, "table.partition_by": "[]", "spark.master": cluster.master_url,
-        **s3.lakecluster_settings(),
         "source.generator.max_rows": str(ROWS), "source.generator.max_rows_per_trigger": "2000",
         "source.generator.partitions": "2", "stream.max_records_per_file": "250",
     }  # fmt: skip
@@ -43,8 +44,11 @@ def test_stream_and_compaction_run_on_a_standalone_cluster(
 
     def cli(*command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(lakecluster_cmd(*args, *command), capture_output=True, text=True, cwd=tmp_path,
-                              env=subprocess_env(), timeout=900)  # fmt: skip
+                              env=subprocess_env(**s3.aws_environment()), timeout=900)  # fmt: skip
 
+    shown = cli("--json", "config")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert s3.secret_key not in shown.stdout and json.loads(shown.stdout)["storage"]["s3_endpoint"] is None
     streamed = cli("stream", "--available-now")
     assert streamed.returncode == 0, streamed.stdout[-2000:] + streamed.stderr[-3000:]
     table = DeltaTable(uri, storage_options=s3.storage_options())

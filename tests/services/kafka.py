@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +85,18 @@ logger.clients.level = WARN
 """
 
 
+# Logins the SASL_PLAINTEXT listener accepts (PLAIN). The admin login is the broker's own.
+SASL_ADMIN = ("admin", "admin-secret")
+SASL_USERS = {"lakecluster": "lakecluster-secret"}
+
+
+def plain_jaas_config(username: str, password: str, users: dict[str, str] | None = None) -> str:
+    """A ``sasl.jaas.config`` value for PLAIN: a client's login, or (with ``users``) a broker's user list."""
+    accepted = "".join(f' user_{u}="{p}"' for u, p in (users or {}).items())
+    return (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{username}" '
+            f'password="{password}"{accepted};')  # fmt: skip
+
+
 class KafkaServiceError(RuntimeError):
     """The broker could not be started, formatted or reached."""
 
@@ -120,8 +131,11 @@ class KafkaBroker:
 
     def __init__(self, workdir: Path, *, cache_dir: Path = DEFAULT_CACHE) -> None:
         self.workdir = workdir
-        self.port, self.controller_port = free_ports(2)
+        self.port, self.controller_port, self.sasl_port = free_ports(3)
         self.bootstrap = f"127.0.0.1:{self.port}"
+        # A second listener that takes only SASL/PLAIN logins (SASL_USERS), for clients whose
+        # security settings must reach the wire.
+        self.sasl_bootstrap = f"127.0.0.1:{self.sasl_port}"
         self.data_dir = workdir / "data"
         self.log_file = workdir / "server.log"
         self.stdout_file = workdir / "stdout.log"
@@ -150,8 +164,10 @@ class KafkaBroker:
         self._publish_cds_archive(complete=False)  # a previous run that died on its own left no usable dump
         if not (self.data_dir / "meta.properties").is_file():
             self.format_storage()
-        if is_listening(self.port, timeout_s=0.2) or is_listening(self.controller_port, timeout_s=0.2):
-            raise KafkaServiceError(f"port {self.port} or {self.controller_port} was taken while the broker was down")
+        if any(is_listening(p, timeout_s=0.2) for p in (self.port, self.controller_port, self.sasl_port)):
+            raise KafkaServiceError(
+                f"port {self.port}, {self.sasl_port} or {self.controller_port} was taken while the broker was down"
+            )
         command = [
             java_tool("java"), *JVM_OPTIONS, *self._cds_options(dump=True),
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
@@ -306,11 +322,14 @@ class KafkaBroker:
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas_config(*SASL_ADMIN, users=SASL_USERS),
             "log.dirs": str(self.data_dir),
             **BROKER_SETTINGS,
         }
@@ -339,32 +358,21 @@ class KafkaBroker:
     def _wait_ready(self, timeout_s: float) -> None:
         """Until an admin client sees this broker and a leader for every partition (after a restart
         partitions come back leaderless until the node is unfenced); fails with the log tail."""
-        deadline = time.monotonic() + timeout_s
-        last_error = "port not open"
         quiet = _Quiet("kafka")
-        while time.monotonic() < deadline:
-            if self._process is None or self._process.poll() is not None:
-                code = None if self._process is None else self._process.returncode
-                raise KafkaServiceError(f"Kafka exited with code {code} while starting\n{self.log_tail()}")
-            if not is_listening(self.port, timeout_s=0.5):
-                time.sleep(0.1)
-                continue
+
+        def probe() -> str | None:
             try:
                 with quiet, self.admin() as admin:
                     if not [b for b in admin.describe_cluster()["brokers"] if not b.get("is_fenced")]:
-                        last_error = "no unfenced broker yet"
-                    else:
-                        leaderless = [(t["name"], p["partition_index"]) for t in admin.describe_topics()
-                                      for p in t["partitions"] if p["leader_id"] < 0 or p["error_code"]]  # fmt: skip
-                        if not leaderless:
-                            return
-                        last_error = f"partitions without a leader: {leaderless[:5]}"
+                        return "no unfenced broker yet"
+                    leaderless = [(t["name"], p["partition_index"]) for t in admin.describe_topics()
+                                  for p in t["partitions"] if p["leader_id"] < 0 or p["error_code"]]  # fmt: skip
+                    return f"partitions without a leader: {leaderless[:5]}" if leaderless else None
             except Exception as e:  # kafka-python raises many kinds while a broker comes up
-                last_error = f"{type(e).__name__}: {e}"
-            time.sleep(0.2)
-        raise KafkaServiceError(
-            f"Kafka on {self.bootstrap} not serving after {timeout_s:.0f} s ({last_error})\n{self.log_tail()}"
-        )
+                return f"{type(e).__name__}: {e}"
+
+        process.wait_ready(self._process, self.port, probe, name=f"Kafka on {self.bootstrap}", timeout_s=timeout_s,
+                           error=KafkaServiceError, logs=self.log_tail)  # fmt: skip
 
 
 def start_kafka(workdir: Path, timeout_s: float = 90) -> KafkaBroker:

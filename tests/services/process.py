@@ -11,8 +11,11 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from tests.services.ports import is_listening
 
 
 def log_tail(path: Path, lines: int = 40) -> str:
@@ -37,6 +40,34 @@ def spawn(
             [*prefix, *command], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True,
         )  # fmt: skip
+
+
+def wait_ready(
+    proc: subprocess.Popen[bytes] | None,
+    port: int,
+    probe: Callable[[], str | None],
+    *,
+    name: str,
+    timeout_s: float,
+    error: type[Exception],
+    logs: Callable[[], str],
+) -> None:
+    """Until ``port`` is open and ``probe()`` returns None; ``probe`` returns why the server is not ready
+    yet. Fails at once if the process exits meanwhile; either failure quotes ``logs()``."""
+    deadline = time.monotonic() + timeout_s
+    not_ready = "port not open"
+    while time.monotonic() < deadline:
+        if proc is None or proc.poll() is not None:
+            code = None if proc is None else proc.returncode
+            raise error(f"{name} exited with code {code} while starting\n{logs()}")
+        if not is_listening(port, timeout_s=0.5):
+            time.sleep(0.1)
+            continue
+        not_ready = probe()
+        if not_ready is None:
+            return
+        time.sleep(0.2)
+    raise error(f"{name} not serving after {timeout_s:.0f} s ({not_ready})\n{logs()}")
 
 
 def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> int | None:

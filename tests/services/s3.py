@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.services import process
-from tests.services.ports import free_ports, is_listening
+from tests.services.ports import free_ports
 
 ACCESS_KEY = "lakecluster-test"
 SECRET_KEY = "lakecluster-test-secret"
@@ -157,6 +156,11 @@ class S3Server:
         """The same as ``--set`` overrides: ``storage.<key>``."""
         return {f"storage.{k}": v for k, v in self.storage_settings().items()}
 
+    def aws_environment(self) -> dict[str, str]:
+        """The standard AWS environment variables for this server (what an SDK's default chain reads)."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": self.region, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key}  # fmt: skip
+
     def storage_options(self) -> dict[str, str]:
         """delta-rs / object_store options for this server, conditional puts on."""
         return {
@@ -193,34 +197,27 @@ class S3Server:
 
     def _wait_ready(self, timeout_s: float) -> None:
         """Until a probe object round-trips (the S3 port opens before the filer and volumes serve)."""
-        deadline = time.monotonic() + timeout_s
-        last_error = "port not open"
-        probe = f"probe-{uuid.uuid4().hex[:12]}"
-        while time.monotonic() < deadline:
-            if self._process is None or self._process.poll() is not None:
-                code = None if self._process is None else self._process.returncode
-                raise S3ServiceError(f"weed exited with code {code} while starting\n{self.log_tail()}")
-            if not is_listening(self.port, timeout_s=0.5):
-                time.sleep(0.1)
-                continue
+        bucket = f"probe-{uuid.uuid4().hex[:12]}"
+
+        def probe() -> str | None:
             try:
-                status, body = self.signed_request("PUT", f"/{probe}")
+                status, body = self.signed_request("PUT", f"/{bucket}")
                 if status not in (200, 409):
-                    raise S3ServiceError(f"create bucket: HTTP {status} {body[:200]!r}")
-                status, body = self.signed_request("PUT", f"/{probe}/ready", b"ok")
+                    return f"create bucket: HTTP {status} {body[:200]!r}"
+                status, body = self.signed_request("PUT", f"/{bucket}/ready", b"ok")
                 if status != 200:
-                    raise S3ServiceError(f"put object: HTTP {status} {body[:200]!r}")
-                status, body = self.signed_request("GET", f"/{probe}/ready")
+                    return f"put object: HTTP {status} {body[:200]!r}"
+                status, body = self.signed_request("GET", f"/{bucket}/ready")
                 if (status, body) != (200, b"ok"):
-                    raise S3ServiceError(f"get object: HTTP {status} {body[:200]!r}")
-                self.signed_request("DELETE", f"/{probe}/ready")
-                self.signed_request("DELETE", f"/{probe}")
-                return
-            except (OSError, S3ServiceError) as e:
-                last_error = f"{type(e).__name__}: {e}"
-            time.sleep(0.2)
-        raise S3ServiceError(f"S3 on {self.endpoint} not serving after {timeout_s:.0f} s ({last_error})\n"
-                             f"{self.log_tail()}")  # fmt: skip
+                    return f"get object: HTTP {status} {body[:200]!r}"
+                self.signed_request("DELETE", f"/{bucket}/ready")
+                self.signed_request("DELETE", f"/{bucket}")
+                return None
+            except OSError as e:
+                return f"{type(e).__name__}: {e}"
+
+        process.wait_ready(self._process, self.port, probe, name=f"S3 (weed) on {self.endpoint}",
+                           timeout_s=timeout_s, error=S3ServiceError, logs=self.log_tail)  # fmt: skip
 
 
 def start_s3(workdir: Path, timeout_s: float = 60) -> S3Server:

@@ -38,7 +38,8 @@ class SparkCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKECLUSTER_", "SPARK_"))}
+        # No AWS_* either: executors must get storage access from the application, not their host.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKECLUSTER_", "SPARK_", "AWS_"))}
         env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
         env["PYSPARK_PYTHON"] = sys.executable  # executors' Python workers import lakecluster
         env["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -19,6 +19,7 @@ bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
 max_offsets_per_trigger = {max_offsets}
 connect_timeout_s = 10.0
+{kafka_extra}
 
 [table]
 path = "{table}"
@@ -124,6 +125,10 @@ def expected_rows(records: list[Produced]) -> list[tuple[Any, ...]]:
     return sorted((normalize(r.row) for r in records if r.row is not None), key=lambda r: r[0])
 
 
-def write_config(path: Path, *, bootstrap: str, topic: str, table: Path, max_offsets: int = 200) -> Path:
-    path.write_text(CONFIG_TEMPLATE.format(bootstrap=bootstrap, topic=topic, table=table, max_offsets=max_offsets))
+def write_config(
+    path: Path, *, bootstrap: str, topic: str, table: Path, max_offsets: int = 200, kafka_extra: str = ""
+) -> Path:
+    """The test configuration; ``kafka_extra`` is TOML appended to ``[source.kafka]`` (keys, then sub-tables)."""
+    path.write_text(CONFIG_TEMPLATE.format(bootstrap=bootstrap, topic=topic, table=table, max_offsets=max_offsets,
+                                           kafka_extra=kafka_extra))  # fmt: skip
     return path

@@ -1,0 +1,43 @@
+"""Storage settings: config keys first, then the AWS environment, resolved once for remote executors."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakecluster import storage
+from lakecluster.config import StorageConfig
+
+AWS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
+       "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")  # fmt: skip
+
+
+@pytest.fixture
+def no_aws_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in AWS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_resolved_carries_the_environment_to_hosts_that_lack_it(no_aws_env: pytest.MonkeyPatch) -> None:
+    no_aws_env.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    no_aws_env.setenv("AWS_REGION", "eu-west-1")
+    no_aws_env.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    no_aws_env.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    no_aws_env.setenv("AWS_SESSION_TOKEN", "env-token")
+    shipped = storage.resolved(StorageConfig(s3_access_key_id="config-key", s3_secret_access_key="config-secret",
+                                             s3_path_style=False))  # fmt: skip
+    # An executor evaluates the shipped settings without any AWS variable and gets the same thing.
+    for name in AWS:
+        no_aws_env.delenv(name, raising=False)
+    assert shipped == StorageConfig(
+        s3_endpoint="http://127.0.0.1:9000", s3_region="eu-west-1", s3_access_key_id="config-key",
+        s3_secret_access_key="config-secret", s3_session_token="env-token", s3_path_style=False,
+    )  # fmt: skip
+    assert storage.delta_options("s3://b/t", shipped)["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"  # type: ignore[index]
+
+
+def test_nothing_set_anywhere_is_left_to_the_executors_own_chain(no_aws_env: pytest.MonkeyPatch) -> None:
+    """With no key in config or environment (an instance role), no empty credentials are shipped."""
+    shipped = storage.resolved(StorageConfig())
+    assert shipped == StorageConfig()
+    assert "fs.s3a.access.key" not in storage.hadoop_conf(shipped)
