@@ -162,6 +162,8 @@ def _source_column(source: pa.Table, name: str, typ: pa.DataType, bad: pa.Boolea
     if origin not in source.column_names:
         return pa.nulls(n, typ)
     column = source[origin].combine_chunks().cast(typ)
+    if name == "headers":  # the sink sends no headers as an empty list (``empty_headers_not_null``)
+        bad = pc.and_(bad, pc.greater(pc.list_value_length(column), 0))
     return pc.if_else(bad, column, pa.nulls(n, typ))
 
 

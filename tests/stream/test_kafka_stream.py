@@ -40,6 +40,7 @@ def test_stream_lands_valid_rows_once_and_quarantines_the_rest(spark, broker: Br
         assert expected.reason in q["reason"], (q["reason"], expected.reason)
         assert q["raw_value"] == expected.value
         assert q["topic"] == topic
+        assert q["headers"] is None, "a record sent without headers has none in the quarantine"
 
     # Restart from the checkpoint after more records arrive: only the new ones are added.
     second = kr.build(10_000, 300, partitions=3, seed=2, with_malformed=False)
