@@ -1,10 +1,12 @@
-"""Ingest throughput: Kafka -> committed Delta, next to a raw kafka-python consumer, sketches off/on.
+"""Ingest throughput: Kafka -> committed Delta, lakecluster beside a plain Spark pipeline.
 
     python bench/ingest.py --records 300000
 
-Starts a local Apache Kafka broker (the tests' launcher), produces SSB-like JSON records, then in one run measures:
-raw consumer (reads every record, no parsing), the pipeline with sketches off, and with sketches
-on. Prints a table and rewrites the "Ingest" section of docs/benchmarks.md.
+Starts a local Apache Kafka broker (the tests' launcher), produces SSB-like JSON records, then in
+one run measures: a raw kafka-python consumer (reads every record, parses nothing), a plain Spark
+pipeline (``readStream.format("kafka")`` -> ``from_json`` -> Delta sink, nothing else), and
+lakecluster's stream with sketches off and on. Prints a table and rewrites the "Ingest" section of
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from tests.services.kafka import KafkaBroker as Broker  # noqa: E402 - the launc
 
 
 def json_records(n: int) -> list[bytes]:
-    from lakecluster.stream.generator import SSB_COLUMNS, GeneratorSettings, generate
+    from lakecluster.ssb import SSB_COLUMNS
+    from lakecluster.stream.generator import GeneratorSettings, generate
 
     table = generate(0, n, GeneratorSettings(), SSB_COLUMNS).to_pandas()
     table["lo_revenue"] = table["lo_revenue"].astype(float)
@@ -81,19 +84,45 @@ def pipeline(  # type: ignore[no-untyped-def]
     return time.perf_counter() - start, sum(r.rows for r in reports)
 
 
-NOTES = """
-Where the time goes: Kafka reads decode whole record batches into Arrow with numpy
-(`stream/kafka_batches.py`, ~1 µs per record against ~12 µs in kafka-python's per-record
-decoding, which the raw consumer still pays); parsing JSON with Arrow's reader (~170k records/s
-per core), Parquet writing and the Delta commit follow. What is left per micro-batch is fixed
-cost: offsets from the broker, Spark planning, a consumer per task, the commit and the sketch
-file, about 1.3 s per batch here. With `--per-trigger 100000` (four batches instead of one) the
-same run measured raw 51.8k rows/s, pipeline 26.5k rows/s, ratio 0.51; capping
-`max_offsets_per_trigger` low costs throughput.
+def plain_spark(spark, broker: Broker, topic: str, workdir: Path, run: int = 0) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    """The same records through Spark alone: Kafka source, ``from_json``, Delta sink, available-now."""
+    from pyspark.sql import functions as F
 
-History: 4.1k rows/s (ratio 0.46) with kafka-python checking record CRCs in pure Python and
-parsing by Spark SQL over VARIANT; `crc32c` (C) made the raw consumer ~8× faster, the Arrow JSON
-parser the pipeline ~5× faster (ratio 0.45), and bulk batch decoding lifted the read path ~4×.
+    from lakecluster.schema import spark_ddl
+    from lakecluster.ssb import SSB_COLUMNS
+
+    table = workdir / f"plain_{topic}_{run}"
+    frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest").load()
+             .select(F.from_json(F.col("value").cast("string"), spark_ddl(SSB_COLUMNS)).alias("r"))
+             .select("r.*"))  # fmt: skip
+    start = time.perf_counter()
+    query = (frame.writeStream.format("delta").option("checkpointLocation", str(workdir / f"plain_ckpt_{topic}_{run}"))
+             .trigger(availableNow=True).start(str(table)))  # fmt: skip
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    return elapsed, spark.read.format("delta").load(str(table)).count()
+
+
+NOTES = """
+Where lakecluster's time goes, beyond the plain pipeline's: the records cross to Python workers as
+Arrow batches and back (the parser, quarantine checks, curve keys and sketches run there on whole
+batches, about 300k records/s per core); the parsed batch is persisted and written in a second
+pass, so that the quarantine, the table and the sketches come from one parse. A profile of the
+stream (400k records) split a batch into about 4.4 s for the Kafka read and the parse job and
+2.9 s for the table write, against 6.4 s for the whole plain pipeline.
+
+History: with Spark's Kafka source, lakecluster first ran at 0.28 × the plain pipeline here. Spark
+gives a record without headers a null `headers` array, and Spark's Arrow writer spent about 12 s
+per 400,000 null arrays sending them to Python; the sink now sends empty lists instead
+(`stream/sink.py`, `empty_headers_not_null`), which took the same run from 19.2 s to 6.8 s.
+
+Not reached yet: the 0.90 goal. What would reach it is one pass instead of two: write the table
+straight from the parse job, with the summary and sketches returned through an accumulator, and
+parse again only in the rare batch that has quarantined records. The order of the commits
+(quarantine before table, which resuming after a crash relies on, docs/exactly-once.md) has to be
+kept, so that change needs its own crash tests.
+
 """
 
 
@@ -118,32 +147,40 @@ def main() -> None:
     spark = get_session(SparkConfig())
     with tempfile.TemporaryDirectory() as tmp:
         pipeline(spark, broker, "warmup", Path(tmp), True, args.per_trigger)  # JVM and Python workers warm
+        plain_spark(spark, broker, "warmup", Path(tmp))
         # Same topic, fresh tables and checkpoints: each run reads every record. The runs
         # alternate and the best of each kind is kept, so neither order nor a noisy moment favours one.
-        times: dict[str, list[float]] = {"raw": [], "off": [], "on": []}
+        times: dict[str, list[float]] = {"raw": [], "plain": [], "off": [], "on": []}
         for r in range(args.rounds):
             times["raw"].append(raw_consumer(broker, "bench", args.partitions, args.records))
+            seconds, rows = plain_spark(spark, broker, "bench", Path(tmp), r)
+            assert rows == args.records, ("plain", rows)
+            times["plain"].append(seconds)
             for kind, sketches in (("off", False), ("on", True)):
                 seconds, rows = pipeline(spark, broker, "bench", Path(tmp), sketches, args.per_trigger, r)
                 assert rows == args.records, (kind, rows)
                 times[kind].append(seconds)
+            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()),
+                  flush=True)  # fmt: skip
     broker.stop()
     broker_dir.cleanup()
-    raw, off, on = min(times["raw"]), min(times["off"]), min(times["on"])
+    best = {kind: min(t) for kind, t in times.items()}
 
     mb = nbytes / 1e6
     rows = [
-        ("raw kafka-python consumer", raw),
-        ("pipeline, sketches off", off),
-        ("pipeline, sketches on", on),
+        ("raw kafka-python consumer (reads only)", best["raw"]),
+        ("plain Spark: Kafka source, from_json, Delta sink", best["plain"]),
+        ("lakecluster stream, sketches off", best["off"]),
+        ("lakecluster stream, sketches on", best["on"]),
     ]
-    header = "| run | seconds | rows/s | MB/s | vs raw consumer |\n|---|---:|---:|---:|---:|\n"
+    header = "| run | seconds | rows/s | MB/s | rate vs plain Spark |\n|---|---:|---:|---:|---:|\n"
     body = "".join(
-        f"| {name} | {t:.2f} | {args.records / t:,.0f} | {mb / t:.1f} | {raw / t:.2f} |\n" for name, t in rows
+        f"| {name} | {t:.2f} | {args.records / t:,.0f} | {mb / t:.1f} | {best['plain'] / t:.2f} |\n"
+        for name, t in rows
     )
     summary = (
-        f"\nPipeline rate / raw consumer rate (sketches on): **{raw / on:.2f}** (target ≥ 0.50). "
-        f"Sketch overhead (on / off time − 1): **{on / off - 1:+.1%}** (target ≤ 10%).\n"
+        f"\nlakecluster (sketches on) / plain Spark, rows/s: **{best['plain'] / best['on']:.2f}** (goal ≥ 0.90). "
+        f"Sketch overhead (on / off time − 1): **{best['on'] / best['off'] - 1:+.1%}** (goal ≤ 10%).\n"
     )
     command = (
         f"python bench/ingest.py --records {args.records} --partitions {args.partitions} "
@@ -152,15 +189,17 @@ def main() -> None:
     section = (
         "## Ingest: Kafka -> committed Delta\n\n"
         f"`{command}` — {args.records:,} SSB-like JSON records ({mb:.0f} MB) in {args.partitions} partitions on a "
-        "local Apache Kafka broker, Spark local[2], 2 cores; the three runs alternate in one process, "
+        "local Apache Kafka broker, Spark local[2], 2 cores; the four runs alternate in one process, "
         f"{args.rounds} rounds, best of each kept; "
         + (
             f"micro-batches of at most {args.per_trigger:,} records. "
             if args.per_trigger
             else "micro-batches take all available records (the default). "
         )
-        + "Pipeline time includes parsing, quarantine checks, Parquet writing, stats, Delta commits and "
-        "(when on) sketches of s_city, c_city, p_brand; it excludes JVM start (a warm-up run precedes).\n\n"
+        + "Both Spark pipelines read through Spark's Kafka source and write through delta-spark. "
+        "lakecluster's time also includes per-record validation and quarantine checks, curve keys, "
+        "the idempotent commit marker, and (when on) sketches of s_city, c_city, p_brand. JVM start "
+        "is excluded (a warm-up run precedes).\n\n"
         + header
         + body
         + summary
