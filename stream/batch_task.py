@@ -168,11 +168,17 @@ def _source_column(source: pa.Table, name: str, typ: pa.DataType, bad: pa.Boolea
 
 
 def _below_floor(source: pa.Table, floor: dict[tuple[str, int], int]) -> np.ndarray:
-    topics = source["topic"].to_pylist()
+    """Rows whose offset is below the floor recorded for their topic-partition (one pass per entry)."""
+    topics = source["topic"].combine_chunks().dictionary_encode()
+    names = {name: i for i, name in enumerate(topics.dictionary.to_pylist())}
+    topic_ids = topics.indices.to_numpy(zero_copy_only=False)
     partitions = source["partition"].to_numpy(zero_copy_only=False)
     offsets = source["offset"].to_numpy(zero_copy_only=False)
-    limits = np.asarray([floor.get((t, int(p)), -1) for t, p in zip(topics, partitions, strict=True)])
-    return offsets < limits
+    below = np.zeros(len(offsets), dtype=bool)
+    for (topic, partition), limit in floor.items():
+        if topic in names:
+            below |= (topic_ids == names[topic]) & (partitions == partition) & (offsets < limit)
+    return below
 
 
 def _keys(layout: ClusteringLayout, typed: pa.Table, good: np.ndarray) -> pa.Array:

@@ -1,0 +1,201 @@
+"""Where a compaction round's time goes, beside delta-rs z_order and Delta's OPTIMIZE ZORDER BY.
+
+    python bench/rewrite_profile.py --rows 1000000 --files 1000
+
+The same fragmented input (``--files`` random appends of SSB-like rows, with a Delta checkpoint as a
+streamed table has) is rewritten by delta-rs ``optimize.z_order``, Delta's ``OPTIMIZE ZORDER BY``
+and lakecluster's compactor, each on its own copy, warm (a small run of each precedes), alternating
+for ``--rounds`` rounds with the fastest of each kept. The compactor's round is split into phases:
+driver timers around planning, the rewrite and the commit, and Spark's own stage times (from the
+event log) inside the rewrite. Prints a table and rewrites the "Rewrite profile" section of
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.anchors import delta_zorder  # noqa: E402
+from bench.ingest import write_section  # noqa: E402
+from bench.skipping import delta_rs_zorder, lakecluster_compactor, make_table, write_random_files  # noqa: E402
+
+# Spark stages of a rewrite, by the line of compaction/rewrite.py whose action ran them.
+STAGE_PHASES = (
+    ("groupBy(CELL).count().collect()", "read input, cell and sort keys (Python), cache, rows per cell"),
+    ("arranged.mapInArrow(write", "shuffle by output file, sort by key, write Parquet (Python, pyarrow)"),
+)
+
+
+class PhaseTimer:
+    """Wall time of chosen functions, summed by label, while installed."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - started
+
+        setattr(owner, name, timed)
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+def rewrite_lines() -> dict[int, str]:
+    """Line numbers in compaction/rewrite.py of the actions in ``STAGE_PHASES``."""
+    lines = (REPO / "compaction" / "rewrite.py").read_text().splitlines()
+    out = {}
+    for needle, phase in STAGE_PHASES:
+        out.update({i + 1: phase for i, line in enumerate(lines) if needle in line})
+    return out
+
+
+def stage_seconds(event_dir: Path, since_ms: float, until_ms: float) -> dict[str, float]:
+    """Wall seconds of the rewrite's Spark stages between two moments, by phase. Delta's own jobs
+    (commit, snapshot) are left out: the driver timer around the commit holds them."""
+    by_line = rewrite_lines()
+    out: dict[str, float] = {}
+    for log in event_dir.rglob("*"):
+        if not log.is_file() or log.name.startswith("appstatus"):
+            continue
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("Event") != "SparkListenerStageCompleted":
+                continue
+            stage = event["Stage Info"]
+            if not since_ms <= stage["Submission Time"] <= until_ms:
+                continue
+            name = stage["Stage Name"]
+            phase = next((p for n, p in by_line.items() if name.endswith(f"rewrite.py:{n}")), None)
+            if phase is None:
+                continue
+            out[phase] = out.get(phase, 0.0) + (stage["Completion Time"] - stage["Submission Time"]) / 1000
+    return out
+
+
+def profile_compactor(spark: Any, table: Any, files: int, source: Path, work: Path, event_dir: Path):  # type: ignore[no-untyped-def]
+    from lakecluster.compaction import loop
+
+    timer = PhaseTimer()
+    timer.wrap(loop.Compactor, "plan", "plan the round (Delta log via delta-rs)")
+    timer.wrap(loop.Compactor, "_rewrite", "rewrite")
+    timer.wrap(loop, "commit_rewrite", "commit (Delta transaction, post-commit snapshot)")
+    timer.wrap(loop.Compactor, "sync_index", "column-stats index sync")
+    since = time.time() * 1000
+    try:
+        _, seconds = lakecluster_compactor(spark, table, files, source, work)
+    finally:
+        timer.remove()
+    until = time.time() * 1000
+    time.sleep(1)  # the event log is flushed by a listener thread
+    return seconds, timer.seconds, stage_seconds(event_dir, since, until)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--files", type=int, default=1000)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+
+    from deltalake import DeltaTable
+
+    from lakecluster.config import SparkConfig
+    from lakecluster.spark import get_session
+
+    event_dir = Path(tempfile.mkdtemp(prefix="bench-events-"))
+    spark = get_session(SparkConfig(master="local[2]", conf={
+        "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(event_dir), "spark.eventLog.compress": "false",
+    }))  # fmt: skip
+    table = make_table(args.rows, zipf=False)
+    best: dict[str, float] = {}
+    profile: tuple[float, dict[str, float], dict[str, float]] | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        small = make_table(20_000, False)
+        write_random_files(small, 20, work / "warm" / "random")
+        lakecluster_compactor(spark, small, 20, work / "warm" / "random", work / "warm")  # JVM, workers warm
+        delta_zorder(spark, work / "warm" / "random", work / "warm" / "delta", 10_000)
+        source = work / "random"
+        in_bytes = write_random_files(table, args.files, source)
+        DeltaTable(str(source)).create_checkpoint()  # as a streamed table has (Delta writes one every 10 commits)
+        target = max(1, in_bytes // args.files)
+        print(f"{args.rows:,} rows in {args.files} files, {in_bytes / 1e6:.1f} MB; target {target:,} bytes", flush=True)
+        for r in range(args.rounds):
+            round_dir = work / f"round{r}"
+            round_dir.mkdir()
+            _, z = delta_rs_zorder(table, args.files, source, round_dir)
+            d = delta_zorder(spark, source, round_dir / "delta", target)
+            run = profile_compactor(spark, table, args.files, source, round_dir, event_dir)
+            for label, seconds in (("delta-rs", z), ("delta", d), ("lakecluster", run[0])):
+                best[label] = min(best.get(label, seconds), seconds)
+            if profile is None or run[0] < profile[0]:
+                profile = run
+            print(f"round {r + 1}: delta-rs {z:.1f} s, Delta ZORDER {d:.1f} s, lakecluster {run[0]:.1f} s", flush=True)
+            shutil.rmtree(round_dir)
+    shutil.rmtree(event_dir, ignore_errors=True)
+    assert profile is not None
+
+    mb = in_bytes / 1e6
+    total, driver, stages = profile
+    rewrite = driver.pop("rewrite", 0.0)
+    phases = [*driver.items(), *stages.items()]
+    accounted = sum(driver.values()) + rewrite
+    phases.append(("rewrite: driver work between Spark stages (planning files, py4j)",
+                   max(0.0, rewrite - sum(stages.values()))))  # fmt: skip
+    phases.append(("rest of the round (sketches, ranges, metrics)", max(0.0, total - accounted)))
+    command = f"python bench/rewrite_profile.py --rows {args.rows} --files {args.files} --rounds {args.rounds}"
+    out = [
+        "## Rewrite profile: where a compaction round's time goes\n\n",
+        f"`{command}` — {args.rows:,} SSB-like rows in {args.files} random files ({mb:.1f} MB, a Delta checkpoint "
+        f"as a streamed table has), rewritten to about {args.files} files by each method on its own copy, warm, "
+        f"Spark local[2] on 2 cores; fastest of {args.rounds} alternating rounds.\n\n",
+        "| method | seconds | MB/s | rate vs lakecluster |\n|---|---:|---:|---:|\n",
+    ]
+    methods = (("delta-rs optimize.z_order", "delta-rs"), ("Delta OPTIMIZE ZORDER BY", "delta"),
+               ("lakecluster compactor (one round, commit and index sync included)", "lakecluster"))
+    for label, key in methods:
+        out.append(f"| {label} | {best[key]:.1f} | {mb / best[key]:.2f} | {best['lakecluster'] / best[key]:.2f} |\n")
+    out.append(f"\nlakecluster's fastest round ({total:.1f} s), by phase:\n\n| phase | seconds | share |\n"
+               "|---|---:|---:|\n")  # fmt: skip
+    for label, seconds in sorted(phases, key=lambda kv: -kv[1]):
+        out.append(f"| {label} | {seconds:.2f} | {seconds / total:.0%} |\n")
+    section = "".join(out) + NOTES
+    print(section)
+    if not args.no_write:
+        write_section(REPO / "docs" / "benchmarks.md", "## Rewrite profile", section)
+
+
+NOTES = """
+Reading it: the rewrite's Spark stages are wall time on 2 cores from Spark's event log; the other
+phases are wall time around the driver's calls (the commit's includes the Spark jobs Delta runs
+for conflict checks and the post-commit snapshot).
+"""
+
+
+if __name__ == "__main__":
+    main()
