@@ -82,6 +82,8 @@ def plot(reports: list, since: float, goal_s: float, path: Path) -> None:  # typ
     """An SVG scatter: one dot per (batch, second of timestamps), delay against time, goal as a line."""
     points = [(second - since, r.committed_at - second - 0.5, n) for r in reports
               for second, n in r.timestamp_seconds.items() if second >= since and r.committed_at]  # fmt: skip
+    if not points:
+        return
     width, height, pad = 720, 280, 50
     x_max = max((x for x, _, _ in points), default=1) or 1
     y_max = max(goal_s * 1.2, *(y for _, y, _ in points))
@@ -167,6 +169,8 @@ def main() -> None:
     broker_dir.cleanup()
 
     delay, weight = delays_of(reports, int(since))
+    if not len(delay):
+        raise SystemExit("no record was committed during the run: nothing to measure")
     pct = {q: weighted_percentile(delay, weight, q) for q in (50, 90, 99, 100)}
     batches = [r for r in reports if r.rows]
     goal = trigger_s + 5
@@ -178,7 +182,9 @@ def main() -> None:
         f"`{command}` — a local Apache Kafka broker ({PARTITIONS} partitions), SSB-like JSON records produced "
         f"from a separate process at {rate:,.0f} records/s for {args.seconds:g} s "
         + ("(half the stream's maximum rate, measured first on a backlog of "
-           f"{args.backlog:,} records: {max_rate:,.0f} records/s)" if not args.rate else "(given)")
+           f"{args.backlog:,} records: {max_rate:,.0f} records/s, one available-now run with the query's start "
+           "included, so below bench/ingest.py's best-of-rounds rate: the load is at most half the capacity)"
+           if not args.rate else "(given)")
         + f", `lakecluster stream` with `stream.trigger_interval_s = {trigger_s:g}` and sketches on, Spark "
         "local[2]; the producer shares the 2 cores. Delay: a batch's commit time minus each record's Kafka "
         "timestamp (its send time), per second of timestamps (± 0.5 s).\n\n"

@@ -84,8 +84,11 @@ def pipeline(  # type: ignore[no-untyped-def]
     return time.perf_counter() - start, sum(r.rows for r in reports)
 
 
-def plain_spark(spark, broker: Broker, topic: str, workdir: Path, run: int = 0) -> tuple[float, int]:  # type: ignore[no-untyped-def]
-    """The same records through Spark alone: Kafka source, ``from_json``, Delta sink, available-now."""
+def plain_spark(  # type: ignore[no-untyped-def]
+    spark, broker: Broker, topic: str, workdir: Path, per_trigger: int = 0, run: int = 0
+) -> tuple[float, int]:
+    """The same records through Spark alone: Kafka source, ``from_json``, Delta sink, available-now,
+    with the same cap on records per micro-batch."""
     from pyspark.sql import functions as F
 
     from lakecluster.schema import spark_ddl
@@ -93,7 +96,8 @@ def plain_spark(spark, broker: Broker, topic: str, workdir: Path, run: int = 0) 
 
     table = workdir / f"plain_{topic}_{run}"
     frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
-             .option("subscribe", topic).option("startingOffsets", "earliest").load()
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .options(**({"maxOffsetsPerTrigger": str(per_trigger)} if per_trigger else {})).load()
              .select(F.from_json(F.col("value").cast("string"), spark_ddl(SSB_COLUMNS)).alias("r"))
              .select("r.*"))  # fmt: skip
     start = time.perf_counter()
@@ -147,13 +151,13 @@ def main() -> None:
     spark = get_session(SparkConfig())
     with tempfile.TemporaryDirectory() as tmp:
         pipeline(spark, broker, "warmup", Path(tmp), True, args.per_trigger)  # JVM and Python workers warm
-        plain_spark(spark, broker, "warmup", Path(tmp))
+        plain_spark(spark, broker, "warmup", Path(tmp), args.per_trigger)
         # Same topic, fresh tables and checkpoints: each run reads every record. The runs
         # alternate and the best of each kind is kept, so neither order nor a noisy moment favours one.
         times: dict[str, list[float]] = {"raw": [], "plain": [], "off": [], "on": []}
         for r in range(args.rounds):
             times["raw"].append(raw_consumer(broker, "bench", args.partitions, args.records))
-            seconds, rows = plain_spark(spark, broker, "bench", Path(tmp), r)
+            seconds, rows = plain_spark(spark, broker, "bench", Path(tmp), args.per_trigger, r)
             assert rows == args.records, ("plain", rows)
             times["plain"].append(seconds)
             for kind, sketches in (("off", False), ("on", True)):

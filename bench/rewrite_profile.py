@@ -200,10 +200,11 @@ Where the gap to delta-rs is: every row crosses from Spark to a Python worker tw
 its keys, and back with them; once to be written by pyarrow), and the group is cached between the
 two passes; delta-rs reads, sorts and writes in one native process. A one-off profile of the
 first stage on this input (1,000 files of 22 KB) put Spark's read of every column at about 30% of
-it, the crossing to Python and back at about 40%, the keys and the cache at the rest. The commit sends 2,000 actions through py4j one by one and then waits for Delta's
-post-commit snapshot. What would close most of the gap: read the group's files in the Python
-tasks with pyarrow (no Spark reader, no crossing), keep only the clustering columns for the
-counting pass, and build the commit's actions in one call. Not done yet.
+it, the crossing to Python and back at about 40%, the keys and the cache at the rest. The commit
+sends 2,000 actions through py4j one by one and then waits for Delta's post-commit snapshot. What
+would close most of the gap: read the group's files in the Python tasks with pyarrow (no Spark
+reader, no crossing), keep only the clustering columns for the counting pass, and build the
+commit's actions in one call. Not done yet.
 
 
 """

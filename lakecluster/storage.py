@@ -53,12 +53,21 @@ class S3Settings:
     @classmethod
     def of(cls, storage: StorageConfig) -> S3Settings:
         env = os.environ
+        # Key, secret and token are one credential: all from the config when it names a key or a
+        # secret, else all from the environment. Mixed (a config key with the shell's session
+        # token) they would be refused by S3.
+        if storage.s3_access_key_id or storage.s3_secret_access_key:
+            key, secret, token = storage.s3_access_key_id, storage.s3_secret_access_key, storage.s3_session_token
+        else:
+            key, secret, token = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY"), env.get(
+                "AWS_SESSION_TOKEN"
+            )
         return cls(
             endpoint=storage.s3_endpoint or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"),
             region=storage.s3_region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
-            access_key_id=storage.s3_access_key_id or env.get("AWS_ACCESS_KEY_ID"),
-            secret_access_key=storage.s3_secret_access_key or env.get("AWS_SECRET_ACCESS_KEY"),
-            session_token=storage.s3_session_token or env.get("AWS_SESSION_TOKEN"),
+            access_key_id=key,
+            secret_access_key=secret,
+            session_token=token,
             path_style=storage.s3_path_style,
         )
 

@@ -168,16 +168,25 @@ def _source_column(source: pa.Table, name: str, typ: pa.DataType, bad: pa.Boolea
 
 
 def _below_floor(source: pa.Table, floor: dict[tuple[str, int], int]) -> np.ndarray:
-    """Rows whose offset is below the floor recorded for their topic-partition (one pass per entry)."""
+    """Rows whose offset is below the floor recorded for their topic-partition.
+
+    One pass per topic-partition present in the batch (a task usually reads one), however many
+    partitions the floor has recorded over the stream's life."""
     topics = source["topic"].combine_chunks().dictionary_encode()
-    names = {name: i for i, name in enumerate(topics.dictionary.to_pylist())}
+    names = topics.dictionary.to_pylist()
     topic_ids = topics.indices.to_numpy(zero_copy_only=False)
     partitions = source["partition"].to_numpy(zero_copy_only=False)
     offsets = source["offset"].to_numpy(zero_copy_only=False)
     below = np.zeros(len(offsets), dtype=bool)
-    for (topic, partition), limit in floor.items():
-        if topic in names:
-            below |= (topic_ids == names[topic]) & (partitions == partition) & (offsets < limit)
+    if not len(offsets):
+        return below
+    valid = ~np.isnan(topic_ids) if topic_ids.dtype.kind == "f" else np.ones(len(offsets), dtype=bool)
+    pairs = np.unique(np.stack([topic_ids[valid].astype(np.int64), partitions[valid].astype(np.int64)], axis=1),
+                      axis=0)  # fmt: skip
+    for topic_id, partition in pairs:
+        limit = floor.get((names[topic_id], int(partition)))
+        if limit is not None:
+            below |= (topic_ids == topic_id) & (partitions == partition) & (offsets < limit)
     return below
 
 

@@ -100,11 +100,11 @@ def consumer(k: KafkaSourceConfig) -> Any:
 
     kwargs = client_kwargs(k)
     deadline = time.monotonic() + k.connect_timeout_s
-    reachable = False  # some server took a TCP connection: then the Kafka handshake is what fails
     while True:
         problem = _probe(kwargs["bootstrap_servers"], k.connect_timeout_s)
-        if problem is None:
-            reachable = True
+        # Whether a server took a TCP connection on the last try: then the Kafka handshake is what fails.
+        reachable = problem is None
+        if reachable:
             try:
                 return KafkaConsumer(**kwargs, enable_auto_commit=False, group_id=None)
             except KafkaConfigurationError as e:
@@ -129,7 +129,8 @@ def _unavailable(k: KafkaSourceConfig, problem: str | None, reachable: bool) -> 
     else:
         hint = ("check that source.kafka.bootstrap_servers names a Kafka listener, and whether that listener "
                 "needs security settings (security.protocol, sasl.*, ssl.*) in source.kafka.options")  # fmt: skip
-    return f"{k.bootstrap_servers} accepts connections but no Kafka session could be set up {within}; {hint}"
+    return (f"a server of {k.bootstrap_servers} accepts connections but no Kafka session could be set up "
+            f"{within}; {hint}")  # fmt: skip
 
 
 def partitions(k: KafkaSourceConfig, client: Any) -> list[tuple[str, int]]:

@@ -29,11 +29,26 @@ def test_resolved_carries_the_environment_to_hosts_that_lack_it(no_aws_env: pyte
     # An executor evaluates the shipped settings without any AWS variable and gets the same thing.
     for name in AWS:
         no_aws_env.delenv(name, raising=False)
+    # The config's key comes with the config's secret and (absent) token, never the shell's token.
     assert shipped == StorageConfig(
         s3_endpoint="http://127.0.0.1:9000", s3_region="eu-west-1", s3_access_key_id="config-key",
-        s3_secret_access_key="config-secret", s3_session_token="env-token", s3_path_style=False,
+        s3_secret_access_key="config-secret", s3_session_token=None, s3_path_style=False,
     )  # fmt: skip
     assert storage.delta_options("s3://b/t", shipped)["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"  # type: ignore[index]
+
+
+def test_credentials_come_whole_from_the_environment_when_the_config_has_none(
+    no_aws_env: pytest.MonkeyPatch,
+) -> None:
+    no_aws_env.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    no_aws_env.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    no_aws_env.setenv("AWS_SESSION_TOKEN", "env-token")
+    shipped = storage.resolved(StorageConfig(s3_session_token="config-token-without-a-key"))
+    assert (shipped.s3_access_key_id, shipped.s3_secret_access_key, shipped.s3_session_token) == (
+        "env-key", "env-secret", "env-token",
+    )  # fmt: skip
+    conf = storage.hadoop_conf(shipped)
+    assert (conf["fs.s3a.access.key"], conf["fs.s3a.session.token"]) == ("env-key", "env-token")
 
 
 def test_nothing_set_anywhere_is_left_to_the_executors_own_chain(no_aws_env: pytest.MonkeyPatch) -> None:
