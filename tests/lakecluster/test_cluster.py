@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,7 +66,10 @@ def test_stream_and_compaction_run_on_a_standalone_cluster(
 
     # The work ran on the cluster's executors: the master saw both applications finish, and each
     # worker ran executors.
-    done = cluster.status().get("completedapps", [])
+    # The master marks an application completed a moment after its driver exits.
+    deadline = time.monotonic() + 60
+    while len(done := cluster.status().get("completedapps", [])) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert len(done) >= 2, done
     for i in range(cluster.workers):
         assert any((cluster.workdir / f"worker-{i}").rglob("stderr")), f"worker {i} ran no executor"
