@@ -174,15 +174,11 @@ def _below_floor(source: pa.Table, floor: dict[tuple[str, int], int]) -> np.ndar
     partitions the floor has recorded over the stream's life."""
     topics = source["topic"].combine_chunks().dictionary_encode()
     names = topics.dictionary.to_pylist()
-    topic_ids = topics.indices.to_numpy(zero_copy_only=False)
+    topic_ids = topics.indices.fill_null(-1).to_numpy(zero_copy_only=False)  # -1: no topic
     partitions = source["partition"].to_numpy(zero_copy_only=False)
     offsets = source["offset"].to_numpy(zero_copy_only=False)
     below = np.zeros(len(offsets), dtype=bool)
-    if not len(offsets):
-        return below
-    valid = ~np.isnan(topic_ids) if topic_ids.dtype.kind == "f" else np.ones(len(offsets), dtype=bool)
-    pairs = np.unique(np.stack([topic_ids[valid].astype(np.int64), partitions[valid].astype(np.int64)], axis=1),
-                      axis=0)  # fmt: skip
+    pairs = {(int(t), int(p)) for t, p in np.unique(np.stack([topic_ids, partitions], axis=1), axis=0) if t >= 0}
     for topic_id, partition in pairs:
         limit = floor.get((names[topic_id], int(partition)))
         if limit is not None:
