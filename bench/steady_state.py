@@ -105,6 +105,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     from lakecluster.compaction.planner import Group, snapshot_files
     from lakecluster.config import load_config
     from lakecluster.stream.job import StreamJob
+    from lakecluster.table import open_table
 
     table = workdir / f"policy-{POLICIES.index(policy)}"
     overrides = {
@@ -134,8 +135,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
         if policy.kind == "tiered":
             compactor.run_once()
         elif policy.kind == "full" and state["rounds"] % policy.full_every == 0:
-            compactor.table.update_incremental()  # the stream committed since the last look
-            files, _ = snapshot_files(compactor.table, ())
+            files, _ = snapshot_files(open_table(str(table)), ())
             done = compactor.compact_group(Group((), tuple(files), 1, "full re-cluster"), compactor.sketches())
             assert done.result == "committed", done
         mean, _, live_bytes = scanned(str(table))

@@ -20,20 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics, storage
 from lakecluster.compaction.commit import commit_rewrite
+from lakecluster.compaction.live_files import LiveFiles
 from lakecluster.compaction.monitor import TableMonitor
-from lakecluster.compaction.planner import Group, Plan, clustering_depth, plan, snapshot_files
+from lakecluster.compaction.planner import Group, Plan, clustering_depth, plan_live
 from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
-from lakecluster.errors import CompactionConflictError, FatalServiceError, LakeclusterError, NoBoundariesError
+from lakecluster.errors import CompactionConflictError, FatalServiceError, NoBoundariesError
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
-from lakecluster.index.ranges import clustering_ranges
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout
@@ -89,7 +90,8 @@ class Compactor:
         storage.configure(config.storage)
         t = config.table
         self.spec = TableSpec.of_columns(t.path, t.columns, t.partition_by)
-        self.table = open_table(self.spec.uri)  # read-only: a missing table is an error, never created here
+        open_table(self.spec.uri)  # read-only: a missing table is an error, never created here
+        self.live = LiveFiles.of_config(config)
         self.store = SketchStore(t.path)
         self.index_spec = IndexSpec.from_config(config)
         self._shared_spark = spark
@@ -175,8 +177,8 @@ class Compactor:
         return latest
 
     def plan(self) -> Plan:
-        self.table.update_incremental()
-        return plan(self.table, self.spec.partition_by, self.config.compaction)
+        version = self.live.refresh()
+        return plan_live(self.live.table, version, self.spec.partition_by, self.config.compaction)
 
     def sync_index(self) -> None:
         """Bring the column-stats index up to date; a failure is logged, never fails compaction
@@ -190,22 +192,14 @@ class Compactor:
             log.warning("column-stats index sync failed (it is rebuilt on the next sync)", exc_info=True)
 
     def ranges(self) -> pa.Table:
-        """path, min.<c>, max.<c> per live file of the clustering columns: from the index when it
-        is at the table's version (reads only those columns), else from the Delta log."""
-        if self.config.index.enabled:
-            try:
-                found = clustering_ranges(self.index_spec, self.config.table.clustering_columns, self.table.version())
-                if found is not None:
-                    return found
-            except (LakeclusterError, OSError) as e:
-                log.info("reading ranges from the Delta log: index unusable (%s)", e)
-        return snapshot_files(self.table, self.spec.partition_by)[1]
+        """path, min.<c>, max.<c> of the clustering columns per live file, at the latest version."""
+        self.live.refresh()
+        return self.live.table
 
     # -- one round --------------------------------------------------------------------------
 
     def run_once(self) -> list[GroupResult]:
         metrics.COMPACTION_RUNS.inc()
-        self.table.update_incremental()
         self.sync_index()
         the_plan = self.plan()
         metrics.PENDING_GROUPS.set(len(the_plan.groups))
@@ -240,10 +234,10 @@ class Compactor:
             self.on_progress(line)
 
     def _inputs_live(self, group: Group) -> bool:
-        self.table.update_incremental()
-        actions = self.table.get_add_actions(flatten=True)
-        live = set(actions.column("path").to_pylist()) if actions.num_rows else set()
-        return all(f.path in live for f in group.files)
+        self.live.refresh()
+        paths = self.live.table["path"]
+        wanted = pa.array([f.path for f in group.files], pa.string())
+        return pc.sum(pc.is_in(paths, value_set=wanted)).as_py() == len(group.files)
 
     def compact_group(self, group: Group, sketches: BoundarySketches) -> GroupResult:
         cfg = self.config.compaction
@@ -268,7 +262,6 @@ class Compactor:
             return GroupResult(group, "abandoned", 0, 0, time.monotonic() - started, None, 0.0, 0.0, "stopped")
         crash_point("compaction_before_commit")
         pause_point("compaction_before_commit")
-        self.table.update_incremental()
         before = self._scanned(self.ranges(), [f.path for f in group.files], sketches)
         meta = {
             "operation": "compaction", "curve": cfg.curve, "columns": ",".join(layout.columns),
@@ -284,7 +277,6 @@ class Compactor:
             log.warning("group in %s abandoned: %s", dict(group.partition) or "table", e)
             return GroupResult(group, "conflict", 0, 0, time.monotonic() - started, None, before, before, str(e))
         crash_point("compaction_after_commit")
-        self.table.update_incremental()
         self.sync_index()
         after = self._scanned(self.ranges(), [f.path for f in written], sketches)
         seconds = time.monotonic() - started

@@ -13,14 +13,16 @@ import logging
 import threading
 import time
 
-import numpy as np
+import pyarrow.compute as pc
 
 from lakecluster import metrics
-from lakecluster.compaction.planner import clustering_depth, plan_files, snapshot_files
+from lakecluster.compaction.live_files import LiveFiles
+from lakecluster.compaction.planner import clustering_depth, plan_live
 from lakecluster.config import Config
+from lakecluster.delta_log import commit_info
 from lakecluster.index.store import IndexStore
+from lakecluster.parquet_files import filesystem
 from lakecluster.sketch_store import SketchStore
-from lakecluster.table import open_table
 
 log = logging.getLogger(__name__)
 HISTORY_SCAN = 1000  # commits read back at start for the last rewrite and vacuum; then only new ones
@@ -29,7 +31,7 @@ HISTORY_SCAN = 1000  # commits read back at start for the last rewrite and vacuu
 class TableMonitor:
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.table = open_table(config.table.path)
+        self.live = LiveFiles.of_config(config)
         self.sketch_store = SketchStore(config.table.path)
         self.index_store = IndexStore(config.index.resolved_path(config.table)) if config.index.enabled else None
         self._seen: tuple[int, int | None, int | None] | None = None
@@ -41,8 +43,7 @@ class TableMonitor:
     def observe(self) -> bool:
         """Bring the table gauges up to date; False when nothing had changed since the last look."""
         with self._lock:
-            self.table.update_incremental()
-            version = self.table.version()
+            version = self.live.refresh()
             sketches = self.sketch_store.latest()
             manifest = self.index_store.manifest() if self.index_store is not None else None
             key = (version, None if sketches is None else sketches.delta_version,
@@ -51,24 +52,23 @@ class TableMonitor:
             if key == self._seen:
                 return False
             cfg = self.config
-            files, actions = snapshot_files(self.table, cfg.table.partition_by)
-            sizes = np.fromiter((f.size for f in files), dtype=np.int64, count=len(files))
+            files = self.live.table
+            sizes = files["size"].to_numpy()
             self._observe_history(version)
             metrics.TABLE_VERSION.set(version)
-            metrics.TABLE_FILES.set(len(files))
+            metrics.TABLE_FILES.set(files.num_rows)
             metrics.TABLE_BYTES.set(int(sizes.sum()))
-            metrics.TABLE_ROWS.set(sum(f.rows for f in files))
+            metrics.TABLE_ROWS.set(pc.sum(files["rows"]).as_py() or 0)
             metrics.TABLE_SMALL_FILES.set(int((sizes < cfg.compaction.min_file_bytes).sum()))
             metrics.TABLE_FILE_SIZES.set(sizes)
-            pending = plan_files(files, version, cfg.compaction)
+            pending = plan_live(files, version, cfg.table.partition_by, cfg.compaction)
             metrics.PENDING_GROUPS.set(len(pending.groups))
             metrics.PENDING_BYTES.set(sum(g.bytes for g in pending.groups))
             if sketches is not None:
                 metrics.SKETCHES_BEHIND.set(version - sketches.delta_version)
-                paths = [f.path for f in files]
                 for c in cfg.table.clustering_columns:
                     if c in sketches.sketches:
-                        depth = clustering_depth(actions, paths, sketches, c, cfg.sketches.boundaries)
+                        depth = clustering_depth(files, None, sketches, c, cfg.sketches.boundaries)
                         metrics.FILES_SCANNED.labels(c).set(depth)
             if manifest is not None and self.index_store is not None:
                 metrics.INDEX_BEHIND.set(version - manifest.delta_version)
@@ -78,22 +78,33 @@ class TableMonitor:
             return True
 
     def _observe_history(self, version: int) -> None:
-        """The newest rewrite and vacuum in the log, from the commits not read before (newest first)."""
+        """The newest rewrite and vacuum in the log, from the commits not read before (newest first;
+        at the start at most HISTORY_SCAN back, and never past a commit log cleanup removed)."""
         first = self._history_version is None
-        newer = HISTORY_SCAN if self._history_version is None else version - self._history_version
-        if newer <= 0:
-            return
-        history = self.table.history(newer)
-        rewrite = next((h for h in history if h.get("operation") == "OPTIMIZE"), None)
-        vacuum = next((h for h in history if h.get("operation") == "VACUUM END"), None)
+        oldest = max(0, version - HISTORY_SCAN + 1) if self._history_version is None else self._history_version + 1
+        fs, root = filesystem(self.config.table.path)
+        rewrite = vacuum = last_read = None
+        for v in range(version, oldest - 1, -1):
+            info = commit_info(fs, f"{root}/_delta_log", v)
+            if info is None:
+                if not fs.get_file_info(f"{root}/_delta_log/{v:020d}.json").is_file:
+                    break  # cleaned up after a checkpoint: the history ends here
+                continue
+            last_read = info
+            if rewrite is None and info.get("operation") == "OPTIMIZE":
+                rewrite = info
+            if vacuum is None and info.get("operation") == "VACUUM END":
+                vacuum = info
+            if rewrite is not None and vacuum is not None:
+                break
         if rewrite is not None:
             metrics.TABLE_LAST_REWRITE.set(rewrite["timestamp"] / 1000)
         if vacuum is not None:
             metrics.TABLE_LAST_VACUUM.set(vacuum["timestamp"] / 1000)
-        elif first and history:
+        elif first and last_read is not None:
             # Never vacuumed (as far as the scan reaches): count from the oldest commit read, the
             # table's creation when the scan reached version 0.
-            metrics.TABLE_LAST_VACUUM.set(history[-1]["timestamp"] / 1000)
+            metrics.TABLE_LAST_VACUUM.set(last_read["timestamp"] / 1000)
         self._history_version = version
 
     def start(self) -> TableMonitor:

@@ -159,12 +159,15 @@ class FileStats:
     @classmethod
     def aligned(cls, col: ColumnSpec, rows: pa.Table, files: pa.Array) -> FileStats:
         """Stats of ``col`` for ``files`` (rows of the column's index entries, any order)."""
-        pos = pc.index_in(files, value_set=rows["file"])
-        present = pc.is_valid(pos).to_numpy(zero_copy_only=False)
-        t = rows.take(pos.fill_null(0)) if rows.num_rows else None
         n = len(files)
-        if t is None:
+        if not rows.num_rows:
             return cls.unknown(n)
+        if rows.num_rows == n and rows["file"].equals(pa.chunked_array([files])):
+            t, present = rows, np.ones(n, bool)  # already aligned (the column the files came from)
+        else:
+            pos = pc.index_in(files, value_set=rows["file"])
+            present = pc.is_valid(pos).to_numpy(zero_copy_only=False)
+            t = rows.take(pos.fill_null(0))
 
         def ints(name: str) -> tuple[np.ndarray, np.ndarray]:
             arr = t[name].combine_chunks()
@@ -303,7 +306,10 @@ def _prune(spec: IndexSpec, where: str) -> PruneResult:
     indexed = manifest.indexed_columns()
     indexed_names = {c.name for c in indexed}
     wanted = [c for c in P.columns_of(expr) if c in indexed_names] or [indexed[0].name]
-    reads = {name: store.read_column(name) for name in wanted}
+    # Only what the evaluation needs; the first column also gives the files' own facts.
+    stats = ["file", "min", "max", "value_count", "null_count", "nan_count"]
+    reads = {name: store.read_column(name, [*stats, "partition", "size_bytes"] if i == 0 else stats)
+             for i, name in enumerate(wanted)}  # fmt: skip
     first = reads[wanted[0]].rows
     universe = first.select(["file", "partition", "size_bytes", "value_count"])
     rows = {name: r.rows for name, r in reads.items() if name in P.columns_of(expr)}

@@ -32,7 +32,7 @@ def show(spec: IndexSpec, column: str | None = None, limit: int = 20) -> dict[st
         if column not in by_name:
             raise UnknownColumnError(column, list(by_name))
         read = store.read_column(column)
-        rows = read.rows.slice(0, limit)
+        rows = read.rows.sort_by([("partition", "ascending"), ("file", "ascending")]).slice(0, limit)
         shown = rows.select(["partition", "file", "value_count", "null_count", "nan_count"])
         shown = shown.append_column("min", decode_array(by_name[column], rows["min"].combine_chunks()))
         shown = shown.append_column("max", decode_array(by_name[column], rows["max"].combine_chunks()))

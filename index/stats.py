@@ -156,7 +156,7 @@ def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mappi
 # The incremental source: add actions as they appear in the JSON commits.
 
 
-def _typed(col: ColumnSpec, value: Any, upper: bool) -> Any:
+def typed_stat(col: ColumnSpec, value: Any, upper: bool) -> Any:
     """A stats JSON value as a Python value of the column's type; None when it cannot be read
     (then the bound is unknown, which only ever keeps a file)."""
     if value is None:
@@ -187,7 +187,7 @@ def partition_array(col: ColumnSpec, strings: list[str | None]) -> pa.Array:
     tp = arrow_type(col)
     raw = pa.array(strings, pa.string())
     if col.type == "timestamp":
-        return pa.array([None if s is None else _typed(col, s.replace(" ", "T"), False) for s in strings], tp)
+        return pa.array([None if s is None else typed_stat(col, s.replace(" ", "T"), False) for s in strings], tp)
     if col.type == "boolean":
         return pc.equal(pc.utf8_lower(raw), "true")
     return raw.cast(tp)
@@ -216,8 +216,8 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
         tp = arrow_type(col)
         carrier = pa.float64() if col.is_floating else tp  # the JSON text is a double; _normalise narrows
         nulls = pa.array([p.get("nullCount", {}).get(col.name) for p in parsed], pa.int64())
-        lo = pa.array([_typed(col, p.get("minValues", {}).get(col.name), False) for p in parsed], carrier)
-        hi = pa.array([_typed(col, p.get("maxValues", {}).get(col.name), True) for p in parsed], carrier)
+        lo = pa.array([typed_stat(col, p.get("minValues", {}).get(col.name), False) for p in parsed], carrier)
+        hi = pa.array([typed_stat(col, p.get("maxValues", {}).get(col.name), True) for p in parsed], carrier)
         stats[col.name] = (nulls, _nan_array(col, paths, nan_counts), lo.cast(tp), hi.cast(tp))
     return index_rows(columns, partition_by, files, stats)
 

@@ -7,8 +7,9 @@ the old or the new index, never a mix. Every data file is sorted by the key and 
 **no row group spans two columns**, with row-group statistics on the key: a reader of one column
 reads the footer, then only that column's row groups. A segment holds the rows of files added
 since the previous sync and tombstones (``deleted = true``) of removed files; for each (column,
-file) the newest file wins. When there are more than ``max_segments`` segments, base and
-segments are merged into a new base.
+file) the newest file wins. Segments merge by size (``merge_plan``): the newest ones together as
+they grow, into a new base only when they hold half as many rows as the base, so a sync's work
+grows with the new files, not the table.
 
 Several processes may sync at once (the stream, the compactor, ``prune``), on local disk or on an
 object store with neither locks nor atomic renames. So publishing never deletes anything:
@@ -66,6 +67,7 @@ class Manifest:
     # Data files earlier manifests named and this one does not -> when they stopped being named
     # (Unix seconds); the collector keeps them for the grace period after that.
     retired: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)  # rows per named data file (merges size by it)
     format: int = FORMAT
 
     def columns(self) -> tuple[ColumnSpec, ...]:
@@ -272,8 +274,9 @@ class IndexStore:
     def read_column(
         self, column: str, columns: Sequence[str] | None = None, *, manifest: Manifest | None = None
     ) -> ColumnRead:
-        """Live rows of one column: per file, the footer and the row groups whose key range holds it.
-        From ``manifest``, else the one this store holds, else the current one."""
+        """Live rows of one column (in no particular order): per file, the footer and the row
+        groups whose key range holds it. From ``manifest``, else the one this store holds, else
+        the current one."""
         return self._retrying(lambda m: self._read_column(m, column, columns), manifest)
 
     def _read_column(self, manifest: Manifest, column: str, columns: Sequence[str] | None) -> ColumnRead:
@@ -297,7 +300,7 @@ class IndexStore:
             t = pf.read_row_groups(chosen, columns=wanted)
             t = t.filter(pc.equal(t["column"], column))
             tables.append(t.append_column("_seq", pa.array(np.full(t.num_rows, seq, dtype=np.int32))))
-        return ColumnRead(_latest(tables, wanted), nbytes, groups)
+        return ColumnRead(_latest_of_column(tables, wanted), nbytes, groups)
 
     def read_all(self, *, manifest: Manifest | None = None) -> pa.Table:
         """Every live row, sorted by the key (for `index show`, merges and the equality checks).
@@ -342,23 +345,75 @@ class IndexStore:
         """Publish a new base holding ``rows``, no segments (``based_on``: what ``rows`` were read from)."""
         started = time.monotonic()  # the base is the only file a rebuild needs kept
         base = self.write(rows, "base", manifest.delta_version)
-        new = Manifest(**{**asdict(manifest), "base": base, "segments": []})
+        new = Manifest(**{**asdict(manifest), "base": base, "segments": [], "rows": {base: rows.num_rows}})
         return self.publish(new, based_on=based_on, started=started)
 
     def append(self, rows: pa.Table, old: Manifest, version: int, max_segments: int, *,
                started: float) -> Publication:  # fmt: skip
         """Publish a segment with ``rows`` (adds and tombstones) on top of ``old``, read at
-        ``started`` (``time.monotonic()``); merges past ``max_segments``."""
-        segments = list(old.segments)
+        ``started`` (``time.monotonic()``); then merge segments as :func:`merge_plan` says."""
+        segments, counts = list(old.segments), dict(old.rows)
         if rows.num_rows:
-            segments.append(self.write(rows, "seg", version))
-        new = Manifest(**{**asdict(old), "delta_version": version, "segments": segments})
+            segment = self.write(rows, "seg", version)
+            segments.append(segment)
+            counts[segment] = rows.num_rows
+        new = Manifest(**{**asdict(old), "delta_version": version, "segments": segments, "rows": counts})
         appended = self.publish(new, based_on=old, started=started)
-        if not appended.published or len(segments) <= max_segments:
+        if not appended.published:
             return appended
-        merged = self.replace(self.read_all(manifest=appended.manifest), appended.manifest,
-                              based_on=appended.manifest)  # fmt: skip
+        current = appended.manifest
+        sizes = [self._rows(current, name) for name in current.segments]
+        base_rows = self._rows(current, current.base) if current.base else 0
+        merge = merge_plan(base_rows, sizes, max_segments)
+        if merge == 0:
+            return appended
+        started = time.monotonic()
+        if merge == len(sizes) and sum(sizes) * 2 >= base_rows:
+            return self._merged_or(appended, self.replace(self.read_all(manifest=current), current, based_on=current))
+        # The newest ``merge`` segments become one; their tombstones stay (they delete base rows).
+        kept, merging = current.segments[: len(sizes) - merge], current.segments[-merge:]
+        rows = _latest([self._numbered(current, name) for name in merging], ROW_SCHEMA.names, keep_deleted=True)
+        merged = self.write(rows, "seg", current.delta_version)
+        new = Manifest(**{**asdict(current), "segments": [*kept, merged],
+                          "rows": {**{n: current.rows.get(n, 0) for n in kept}, merged: rows.num_rows}})  # fmt: skip
+        return self._merged_or(appended, self.publish(new, based_on=current, started=started))
+
+    def _rows(self, manifest: Manifest, name: str) -> int:
+        """Rows of a named data file: from the manifest, else (written before it kept them) the footer."""
+        known = manifest.rows.get(name)
+        return known if known is not None else self._open(name).metadata.num_rows
+
+    @staticmethod
+    def _merged_or(appended: Publication, merged: Publication) -> Publication:
         return merged if merged.published else appended
+
+    def _numbered(self, manifest: Manifest, name: str) -> pa.Table:
+        """A data file's rows with its place in the manifest (newer files win in ``_latest``)."""
+        t = self._open(name).read()
+        seq = manifest.files.index(name)
+        return t.append_column("_seq", pa.array(np.full(t.num_rows, seq, dtype=np.int32)))
+
+
+def merge_plan(base_rows: int, segment_rows: Sequence[int], max_segments: int) -> int:
+    """How many of the newest segments to merge after an append (0: none).
+
+    Size-tiered, like a binary counter: the newest segments merge while the next older one holds
+    no more rows than they do together, so sizes grow geometrically towards the base, a row is
+    rewritten O(log syncs) times, and about log2(syncs since the last base) segments remain.
+    Every segment merges when there are more than ``max_segments``; and into the base too (a
+    rewrite of the whole index, rare: the base grows by half each time) when the segments hold
+    half as many rows as the base.
+    """
+    n = len(segment_rows)
+    if n == 0:
+        return 0
+    if n > max_segments or sum(segment_rows) * 2 >= base_rows:
+        return n
+    k, newer = 1, segment_rows[-1]
+    while k < n and segment_rows[-(k + 1)] <= newer:
+        newer += segment_rows[-(k + 1)]
+        k += 1
+    return k if k >= 2 else 0
 
 
 def _superseded(current: Manifest | None, new: Manifest, based_on: Manifest | None) -> str:
@@ -382,13 +437,31 @@ def _runs(column: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), np.r_[starts[1:], n].tolist(), strict=True))
 
 
-def _latest(tables: list[pa.Table], names: Sequence[str]) -> pa.Table:
-    """For each (column, file) the row of the newest source; tombstoned keys dropped."""
+def _latest_of_column(tables: list[pa.Table], names: Sequence[str]) -> pa.Table:
+    """:func:`_latest` for the rows of one column, oldest source first, in no particular order.
+
+    The oldest source (the base) holds nearly every row: rather than sorting them all, its rows
+    whose file a newer source mentions are dropped, and only the newer sources are sorted.
+    """
+    if len(tables) <= 1:
+        return _latest(tables, names)
+    newer = _latest(tables[1:], [*names, "_seq"], keep_deleted=True)
+    oldest = tables[0]
+    oldest = oldest.filter(pc.invert(pc.is_in(oldest["file"], value_set=newer["file"])))
+    both = pa.concat_tables([oldest.select(newer.column_names), newer])
+    return both.filter(pc.invert(both["deleted"])).select([n for n in names if n != "_seq"])
+
+
+def _latest(tables: list[pa.Table], names: Sequence[str], *, keep_deleted: bool = False) -> pa.Table:
+    """For each (column, file) the row of the newest source; tombstoned keys dropped, unless
+    ``keep_deleted`` (a merge of segments whose tombstones must still hide older rows)."""
     names = [n for n in names if n != "_seq"]
     if not tables:
         return empty_rows().select(names)
     if len(tables) == 1:
         t = tables[0]
+        if keep_deleted or not pc.any(t["deleted"]).as_py():
+            return t.select(names)
         return t.filter(pc.invert(t["deleted"])).select(names)
     t = pa.concat_tables(tables).combine_chunks()
     t = t.take(pc.sort_indices(t, [("column", "ascending"), ("file", "ascending"), ("_seq", "descending")]))
@@ -398,5 +471,6 @@ def _latest(tables: list[pa.Table], names: Sequence[str]) -> pa.Table:
                          pc.not_equal(f.slice(1), f.slice(0, len(f) - 1)))  # fmt: skip
         first = pa.concat_arrays([pa.array([True]), changed.combine_chunks()])
         t = t.filter(first)
-    t = t.filter(pc.invert(t["deleted"]))
+    if not keep_deleted:
+        t = t.filter(pc.invert(t["deleted"]))
     return t.sort_by([k for k in KEY if k[0] in names]).select(names)

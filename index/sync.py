@@ -14,20 +14,18 @@ does not publish it (``published`` is False); see ``store.py`` for what publicat
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from lakecluster import metrics
+from lakecluster.delta_log import LogGap, NetChanges, commits_after
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.spec import IndexSpec, table_columns
 from lakecluster.index.stats import from_add_actions, from_log_actions, partition_keys, scan_nan_counts, tombstones
 from lakecluster.index.store import IndexFilesMissing, IndexStore, Manifest
-from lakecluster.parquet_files import filesystem
 from lakecluster.table import open_table
 
 log = logging.getLogger(__name__)
@@ -77,40 +75,9 @@ def rebuild(spec: IndexSpec, reason: str = "requested") -> SyncResult:
                       published.published)  # fmt: skip
 
 
-class _NeedsRebuild(Exception):
-    pass
-
-
-def _commit(fs: Any, log_dir: str, version: int) -> list[dict] | None:
-    try:
-        with fs.open_input_stream(f"{log_dir}/{version:020d}.json") as f:
-            text = f.read().decode()
-    except FileNotFoundError:
-        return None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def _last_checkpoint(fs: Any, log_dir: str) -> int | None:
-    try:
-        with fs.open_input_stream(f"{log_dir}/_last_checkpoint") as f:
-            return int(json.loads(f.read())["version"])
-    except (FileNotFoundError, KeyError, ValueError):
-        return None
-
-
 def pending_commits(spec: IndexSpec, manifest: Manifest) -> list[list[dict]]:
-    """The commits after the index's version, in order; raises _NeedsRebuild when one is missing."""
-    fs, root = filesystem(spec.table_uri)
-    log_dir = f"{root}/_delta_log"
-    commits = []
-    version = manifest.delta_version
-    while (actions := _commit(fs, log_dir, version + 1)) is not None:
-        commits.append(actions)
-        version += 1
-    checkpoint = _last_checkpoint(fs, log_dir)
-    if checkpoint is not None and checkpoint > version:
-        raise _NeedsRebuild(f"commits after version {version} are only in a checkpoint ({checkpoint})")
-    return commits
+    """The commits after the index's version, in order; :class:`LogGap` when one is missing."""
+    return commits_after(spec.table_uri, manifest.delta_version)
 
 
 def is_current(spec: IndexSpec) -> bool:
@@ -119,7 +86,7 @@ def is_current(spec: IndexSpec) -> bool:
         return False
     try:
         return not pending_commits(spec, manifest)
-    except _NeedsRebuild:
+    except LogGap:
         return False
 
 
@@ -146,12 +113,13 @@ def _sync(spec: IndexSpec) -> SyncResult:
         if not commits:
             return SyncResult("current", manifest.delta_version, manifest.delta_version, 0, 0,
                               time.monotonic() - started)  # fmt: skip
-        added, removed = _net_changes(commits)
-    except _NeedsRebuild as e:
+        changes = NetChanges.of(commits)
+    except LogGap as e:
         return rebuild(spec, str(e))
     except (ValueError, KeyError) as e:
         return rebuild(spec, f"a commit could not be read: {e}")
     indexed = manifest.indexed_columns()
+    added, removed = changes.added, changes.removed
     nans = scan_nan_counts(spec.table_uri, list(added), indexed) if spec.nan_counts == "scan" else None
     adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, nans)
     dead = tombstones(indexed, _removed_keys(removed, manifest))
@@ -163,25 +131,6 @@ def _sync(spec: IndexSpec) -> SyncResult:
         return rebuild(spec, str(e))
     return SyncResult("incremental", manifest.delta_version, version, len(added), len(removed),
                       time.monotonic() - started, published.reason, published.published)  # fmt: skip
-
-
-def _net_changes(commits: list[list[dict]]) -> tuple[dict[str, dict], dict[str, dict]]:
-    """Files added and removed by the commits taken together (a later action on a path wins)."""
-    added: dict[str, dict] = {}
-    removed: dict[str, dict] = {}
-    for actions in commits:
-        for action in actions:
-            if "metaData" in action:
-                raise _NeedsRebuild("a commit changed the table's metadata")
-            if "add" in action:
-                path = action["add"]["path"]
-                added[path] = action["add"]
-                removed.pop(path, None)
-            elif "remove" in action:
-                path = action["remove"]["path"]
-                added.pop(path, None)
-                removed[path] = action["remove"]
-    return added, removed
 
 
 def _removed_keys(removed: dict[str, dict], manifest: Manifest) -> list[tuple[str, str]]:

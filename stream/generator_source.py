@@ -54,7 +54,8 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
         self.columns = tuple(ColumnSpec(**c) for c in cfg["columns"])
-        self.settings = GeneratorSettings(seed=cfg["seed"], brand_skew=cfg["brand_skew"])
+        self.settings = GeneratorSettings(seed=cfg["seed"], brand_skew=cfg["brand_skew"],
+                                          scale_factor=cfg.get("scale_factor", 1.0))  # fmt: skip
         self._origin: tuple[float, int] | None = None
         self._available_now_end: int | None = None
 

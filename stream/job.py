@@ -113,6 +113,7 @@ def source_frame(spark: SparkSession, config: Config, starting_offsets: str | No
     g = config.source.generator
     options = {
         "columns": [asdict(c) for c in config.table.columns], "seed": g.seed, "brand_skew": g.brand_skew,
+        "scale_factor": g.scale_factor,
         "rows_per_second": g.rows_per_second, "partitions": g.partitions, "max_rows": g.max_rows,
         "max_rows_per_trigger": g.max_rows_per_trigger, "starting_offsets": starting_offsets,
     }  # fmt: skip

@@ -24,7 +24,7 @@ MALFORMED = b"{not json"
 def json_values(config: Config, start: int, n: int, malformed_every: int = 0) -> list[bytes]:
     """Records ``start .. start+n`` of the generator as JSON lines (vectorised through pandas)."""
     g = config.source.generator
-    batch = generate(start, start + n, GeneratorSettings(seed=g.seed, brand_skew=g.brand_skew), config.table.columns)
+    batch = generate(start, start + n, GeneratorSettings(g.seed, g.brand_skew, g.scale_factor), config.table.columns)
     frame = batch.to_pandas()
     for field in batch.schema:
         name = field.name

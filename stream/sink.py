@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from deltalake import DeltaTable
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakecluster.config import Config
+from lakecluster.delta_log import TableLog
 from lakecluster.faults import crash_point
 from lakecluster.layout import ClusteringLayout
 from lakecluster.sketch_store import SketchStore, load_or_empty
@@ -47,7 +47,7 @@ from lakecluster.stream.batch_task import (
     summaries,
 )
 from lakecluster.stream.parse import ParseLimits
-from lakecluster.table import TableSpec, open_table, user_metadata
+from lakecluster.table import TableSpec, user_metadata
 from lakecluster.uris import normalize
 
 log = logging.getLogger(__name__)
@@ -103,19 +103,21 @@ class StreamSink:
         self.sketches = load_or_empty(self.store, self.sketch_columns, k=sk.k, max_string_chars=sk.max_string_chars)
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
-        self.table = open_table(self.spec.uri)
-        self.quarantine: DeltaTable | None = None
+        self.table = TableLog(self.spec.uri, start.stream_id)
+        self.quarantine: TableLog | None = None
 
     def _committed(self, batch_txn: int) -> tuple[bool, bool]:
         """Whether the table and the quarantine already hold this txn version of the stream."""
         stream_id = self.start.stream_id
-        table_done = (resume.txn_version(self.table, stream_id) or -1) >= batch_txn
+        self.table.refresh()
+        table_done = (self.table.txn_version or -1) >= batch_txn
         if self.quarantine is None:
             try:
-                self.quarantine = open_table(self.quarantine_uri)
+                self.quarantine = TableLog(self.quarantine_uri, stream_id)
             except Exception:  # no quarantine table yet: nothing committed there
                 return table_done, False
-        return table_done, (resume.txn_version(self.quarantine, stream_id) or -1) >= batch_txn
+        self.quarantine.refresh()
+        return table_done, (self.quarantine.txn_version or -1) >= batch_txn
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -126,7 +128,7 @@ class StreamSink:
         offsets = resume.batch_offsets(self.checkpoint, batch_id)
         if table_done and quarantine_done and sketch_done:
             log.info("batch %d (txn %d) was committed before a restart; nothing to do", batch_id, txn)
-            self._report(BatchReport(batch_id, 0, 0, 0, time.monotonic() - started, self.table.version(), True, txn))
+            self._report(BatchReport(batch_id, 0, 0, 0, time.monotonic() - started, self.table.version, True, txn))
             return
 
         spec = TaskSpec(
@@ -158,7 +160,7 @@ class StreamSink:
             if spec.build_sketches:
                 self.sketches.merge(merged)
                 self.sketches.stream_batch_id = txn
-                self.sketches.delta_version = self.table.version()
+                self.sketches.delta_version = self.table.refresh()
                 self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
                 sketches_at = time.time()
         finally:
@@ -169,7 +171,7 @@ class StreamSink:
         self._report(BatchReport(
             batch_id=batch_id, rows=total.rows if not table_done else 0,
             quarantined=total.quarantined if not quarantine_done else 0, files=files, bytes_written=written,
-            seconds=time.monotonic() - started, table_version=self.table.version(), txn_version=txn,
+            seconds=time.monotonic() - started, table_version=self.table.refresh(), txn_version=txn,
             offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
             timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(), sketches_at=sketches_at,
         ))  # fmt: skip
@@ -190,12 +192,12 @@ class StreamSink:
             # Partition columns first: Spark's writer needs that order and would otherwise sort again,
             # losing the curve order inside each file.
             rows = rows.sortWithinPartitions(*self.spec.partition_by, KEY)
-        before = self.table.version()
+        before = self.table.refresh()
         (rows.select(*[c.name for c in self.config.table.columns]).write.format("delta").mode("append")
          .option("txnAppId", self.start.stream_id).option("txnVersion", txn).option("userMetadata", meta)
          .option("maxRecordsPerFile", self.config.stream.max_records_per_file)
          .save(self.spec.uri))  # fmt: skip
-        self.table.update_incremental()
+        self.table.refresh()
         return files_written(self.table, before, meta)
 
     def _sync_index(self) -> None:
@@ -235,14 +237,13 @@ def empty_headers_not_null(frame: DataFrame) -> DataFrame:
     return frame.withColumn("headers", F.coalesce(F.col("headers"), empty))
 
 
-def files_written(table: DeltaTable, before: int, meta: str) -> tuple[int, int]:
+def files_written(table: TableLog, before: int, meta: str) -> tuple[int, int]:
     """(files, bytes) added by the commit carrying ``meta`` among the versions after ``before``.
 
     Found by its metadata, not as the newest commit: a compactor may commit right after the
     stream's write, and a write Delta skipped as already committed has no commit at all (0, 0).
     """
-    newer = table.version() - before
-    for entry in table.history(newer) if newer > 0 else []:
+    for _, entry in table.commit_infos_after(before):
         if entry.get("userMetadata") == meta:
             metrics = entry.get("operationMetrics") or {}
             return int(metrics.get("numFiles", 0) or 0), int(metrics.get("numOutputBytes", 0) or 0)

@@ -43,6 +43,7 @@ class GeneratorSourceConfig:
     rows_per_second: int = 20_000
     partitions: int = 2
     brand_skew: float = 0.0
+    scale_factor: float = 1.0
     seed: int = 42
     max_rows: int | None = None
     max_rows_per_trigger: int | None = 500_000

@@ -16,7 +16,7 @@ from lakecluster.config.sections import (
 )
 from lakecluster.errors import ConfigError
 from lakecluster.schema import validate_type
-from lakecluster.ssb import SSB_COLUMNS
+from lakecluster.ssb import SSB_COLUMNS, SSB_FULL_COLUMNS
 from lakecluster.uris import is_local
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -225,18 +225,25 @@ def parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:
 
 
 def _validate_generator(gc: GeneratorSourceConfig, table: TableConfig) -> None:
-    known = {c.name: c for c in SSB_COLUMNS}
+    known: dict[str, list[str]] = {}
+    for c in (*SSB_COLUMNS, *SSB_FULL_COLUMNS):
+        known.setdefault(c.name, [])
+        if c.type not in known[c.name]:
+            known[c.name].append(c.type)
     for i, c in enumerate(table.columns):
         if c.name not in known:
             raise ConfigError(
                 f"table.columns[{i}].name",
                 f"the generator source does not produce '{c.name}'; it produces {', '.join(known)}",
             )
-        if known[c.name].type != c.type:
-            raise ConfigError(f"table.columns[{i}].type", f"the generator produces {c.name} as {known[c.name].type}")
+        if c.type not in known[c.name]:
+            raise ConfigError(f"table.columns[{i}].type",
+                              f"the generator produces {c.name} as {' or '.join(known[c.name])}")  # fmt: skip
     _positive("source.generator.rows_per_second", gc.rows_per_second)
     _positive("source.generator.partitions", gc.partitions)
     _positive("source.generator.max_rows", gc.max_rows)
     _positive("source.generator.max_rows_per_trigger", gc.max_rows_per_trigger)
     if gc.brand_skew < 0:
         raise ConfigError("source.generator.brand_skew", "must be >= 0 (0 = uniform, 1 = Zipf)")
+    if not 0 < gc.scale_factor <= 10_000:
+        raise ConfigError("source.generator.scale_factor", f"must be > 0 and <= 10000, got {gc.scale_factor}")

@@ -83,11 +83,12 @@ def compact(table: Path, year: int) -> int:
     return int(metrics["numFilesRemoved"])
 
 
-def new_table(tmp_path: Path, **spec_changes: Any) -> tuple[Path, IndexSpec]:
-    """A table of two commits and its index, built by a first sync."""
+def new_table(tmp_path: Path, commits: int = 6, **spec_changes: Any) -> tuple[Path, IndexSpec]:
+    """A table of ``commits`` commits and its index, built by a first sync. With the default, the
+    index's base is big enough that a later commit's segment is not merged (``store.merge_plan``)."""
     table = tmp_path / "t"
-    append(table, batch(0, 100, seed=0))
-    append(table, batch(100, 100, seed=1))
+    for i in range(commits):
+        append(table, batch(i * 100_000, 100, seed=i))
     spec = replace(IndexSpec.for_table(str(table)), **spec_changes)
     assert sync(spec).mode == "rebuild"
     return table, spec
@@ -237,17 +238,15 @@ def test_a_sync_built_on_a_manifest_whose_files_are_gone_rebuilds_instead_of_pub
 
 def test_a_reader_keeps_its_manifest_through_a_merge_until_the_grace_period_ends(tmp_path: Path) -> None:
     grace = 60.0
-    table, spec = new_table(tmp_path, max_segments=1, gc_grace_s=grace)
-    append(table, batch(200, 100, seed=2))
-    assert sync(spec).mode == "incremental"
+    table, spec = new_table(tmp_path, commits=2, gc_grace_s=grace)
     reader = store_for(spec)
     held = reader.manifest()
-    assert held is not None and len(held.segments) == 1
+    assert held is not None and held.base is not None and held.segments == []
     before = reader.read_all()
     # The held files were written long ago: only the time they stopped being named protects them.
     age(spec, 10 * grace)
     append(table, batch(300, 100, seed=3))
-    assert sync(spec).mode == "incremental"  # a second segment: merged into a new base
+    assert sync(spec).mode == "incremental"  # a segment half as big as the base: merged into a new base
     current = store_for(spec).manifest()
     assert current is not None and current.segments == [] and current.base != held.base
     assert set(held.files) <= set(current.retired)

@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.prune import prune
 from lakecluster.index.spec import IndexSpec
+from lakecluster.index.store import merge_plan
 from lakecluster.index.sync import is_current, rebuild, store_for, sync
 from tests.index.tables import append, batch, rewrite_partition
 
@@ -45,7 +46,6 @@ def test_incremental_sync_after_appends_and_rewrites_equals_a_rebuild(tmp_path: 
     assert modes[3].files_removed > 0 and modes[3].files_added == 1
     manifest = store_for(spec).manifest()
     assert manifest is not None and manifest.delta_version == version == DeltaTable(str(table)).version()
-    assert len(manifest.segments) == 5
     live = store_for(spec).read_all()
     assert live.equals(rebuilt(spec, tmp_path))
     # and it describes exactly the table's live files, every indexed column for each
@@ -54,26 +54,52 @@ def test_incremental_sync_after_appends_and_rewrites_equals_a_rebuild(tmp_path: 
     assert live.num_rows == len(files) * len(manifest.indexed)
 
 
-def test_segments_are_merged_into_a_new_base_past_max_segments(tmp_path: Path) -> None:
+def test_segments_merge_by_size_and_keep_tombstones_until_the_base_is_rewritten(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spec = replace(IndexSpec.for_table(str(table)), max_segments=2)
-    append(table, batch(0, 100, seed=1), 0)
+    spec = IndexSpec.for_table(str(table))  # max_segments 8
+    append(table, batch(0, 3000, seed=1), 0, rows_per_file=20)
     sync(spec)
     first_base = store_for(spec).manifest().base  # type: ignore[union-attr]
-    counts = []
-    for i in range(1, 5):
-        append(table, batch(i * 100, 100, seed=i), i)
-        sync(spec)
-        counts.append(len(store_for(spec).manifest().segments))  # type: ignore[union-attr]
-    assert counts == [1, 2, 0, 1]  # the third segment triggered a merge
+    history = []  # (base, segments) after each sync
+    for i in range(1, 40):
+        if i == 3:
+            rewrite_partition(table, 1993)  # tombstones for the base's files of 1993
+        append(table, batch(3000 + i * 40, 40, seed=i), i, rows_per_file=20)
+        assert sync(spec).mode == "incremental"
+        manifest = store_for(spec).manifest()
+        assert manifest is not None and len(manifest.segments) <= spec.max_segments
+        history.append((manifest.base, manifest.segments))
+        assert store_for(spec).read_all().equals(rebuilt(spec, tmp_path)), f"sync {i}"
+        if manifest.base != first_base:
+            break
+    # Segments merged among themselves, the base untouched, after the rewrite's tombstones came
+    # in (equality with a rebuild after each sync shows that merges kept them) ...
+    merges = [i for i in range(3, len(history)) if history[i][0] == first_base
+              and len(history[i][1]) < len(history[i - 1][1]) + 1]  # fmt: skip
+    assert merges, history
+    # ... until they held half as many rows as the base: then one new base, no segments.
+    assert history[-1][0] != first_base and history[-1][1] == [] and len(history) > 5, history
     manifest = store_for(spec).manifest()
-    assert manifest is not None and manifest.base != first_base
     on_disk = sorted(p.name for p in Path(spec.index_path).glob("*.parquet"))
-    assert set(manifest.files) < set(on_disk)  # merged-away files wait out the grace period
+    assert set(manifest.files) < set(on_disk)  # type: ignore[union-attr]  # merged-away files wait ...
     store_for(spec).gc(now=time.time() + spec.gc_grace_s + 1)
     on_disk = sorted(p.name for p in Path(spec.index_path).glob("*.parquet"))
-    assert on_disk == sorted(manifest.files)  # ... and are deleted after it
-    assert store_for(spec).read_all().equals(rebuilt(spec, tmp_path))
+    assert on_disk == sorted(manifest.files)  # type: ignore[union-attr]  # ... the grace period, then go
+
+
+def test_merge_plan_is_a_binary_counter_with_bounded_work() -> None:
+    base, segments, rewritten = 10**9, [], 0
+    for syncs in range(1, 1025):
+        segments.append(1)
+        merge = merge_plan(base, segments, max_segments=64)
+        if merge:
+            segments[-merge:] = [sum(segments[-merge:])]
+            rewritten += segments[-1]
+        assert len(segments) == bin(syncs).count("1")  # about log2(syncs) segments
+    assert rewritten <= 1024 * 10  # each row rewritten at most log2(1024) times, the base never
+    assert merge_plan(100, [30, 20], max_segments=8) == 2  # half the base's rows: everything merges
+    assert merge_plan(10**9, [8, 4, 2, 1], max_segments=3) == 4  # past max_segments: all segments
+    assert merge_plan(10**9, [8, 4, 2], max_segments=8) == 0
 
 
 def test_a_checkpoint_that_hides_needed_commits_makes_sync_rebuild(tmp_path: Path) -> None:

@@ -1,0 +1,264 @@
+"""The Star Schema Benchmark's 13 queries on the flattened lineorder table, four layouts of the
+same rows: as ingested, Delta ZORDER, Delta liquid clustering, lakecluster.
+
+    python bench/ssb.py --scale-factor 1 --files 1000
+
+1. ``6,000,000 x SF`` rows of the full flattened SSB schema (``lakecluster.ssb.SSB_FULL_COLUMNS``,
+   the built-in generator, dbgen's distributions) written in generator order as ``--files`` files
+   (what a stream leaves: every file holds every date, region and brand).
+2. Three copies rewritten, each by one method, on the same clustering columns (``--columns``) and
+   to the same target file size (input bytes / ``--files``): ``OPTIMIZE ... ZORDER BY``, liquid
+   clustering (``CLUSTER BY`` + ``OPTIMIZE ... FULL``), lakecluster's compactor (one round).
+3. Spark SQL runs the 13 queries on each layout through delta-spark; files read are Spark's own scan
+   metric (``numFiles``), time the median of ``--runs`` runs after one warm-up run.
+
+Prints tables and rewrites the "## SSB" section of docs/benchmarks.md (unless --no-write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.anchors import live_files  # noqa: E402
+from bench.ingest import write_section  # noqa: E402
+from tests.spark_scans import files_scanned  # noqa: E402
+
+# The 13 queries (SSB spec, O'Neil et al.), on the flattened table: joins become columns.
+QUERIES = {
+    "Q1.1": "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM {t} WHERE d_year = 1993 "
+            "AND lo_discount BETWEEN 1 AND 3 AND lo_quantity < 25",
+    "Q1.2": "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM {t} WHERE d_yearmonthnum = 199401 "
+            "AND lo_discount BETWEEN 4 AND 6 AND lo_quantity BETWEEN 26 AND 35",
+    "Q1.3": "SELECT sum(lo_extendedprice * lo_discount) AS revenue FROM {t} WHERE d_weeknuminyear = 6 "
+            "AND d_year = 1994 AND lo_discount BETWEEN 5 AND 7 AND lo_quantity BETWEEN 26 AND 35",
+    "Q2.1": "SELECT sum(lo_revenue), d_year, p_brand1 FROM {t} WHERE p_category = 'MFGR#12' "
+            "AND s_region = 'AMERICA' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1",
+    "Q2.2": "SELECT sum(lo_revenue), d_year, p_brand1 FROM {t} WHERE p_brand1 BETWEEN 'MFGR#2221' "
+            "AND 'MFGR#2228' AND s_region = 'ASIA' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1",
+    "Q2.3": "SELECT sum(lo_revenue), d_year, p_brand1 FROM {t} WHERE p_brand1 = 'MFGR#2239' "
+            "AND s_region = 'EUROPE' GROUP BY d_year, p_brand1 ORDER BY d_year, p_brand1",
+    "Q3.1": "SELECT c_nation, s_nation, d_year, sum(lo_revenue) AS revenue FROM {t} WHERE c_region = 'ASIA' "
+            "AND s_region = 'ASIA' AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_nation, s_nation, d_year "
+            "ORDER BY d_year ASC, revenue DESC",
+    "Q3.2": "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM {t} WHERE c_nation = 'UNITED STATES' "
+            "AND s_nation = 'UNITED STATES' AND d_year >= 1992 AND d_year <= 1997 GROUP BY c_city, s_city, "
+            "d_year ORDER BY d_year ASC, revenue DESC",
+    "Q3.3": "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM {t} WHERE (c_city = 'UNITED KI1' "
+            "OR c_city = 'UNITED KI5') AND (s_city = 'UNITED KI1' OR s_city = 'UNITED KI5') AND d_year >= 1992 "
+            "AND d_year <= 1997 GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC",
+    "Q3.4": "SELECT c_city, s_city, d_year, sum(lo_revenue) AS revenue FROM {t} WHERE (c_city = 'UNITED KI1' "
+            "OR c_city = 'UNITED KI5') AND (s_city = 'UNITED KI1' OR s_city = 'UNITED KI5') "
+            "AND d_yearmonth = 'Dec1997' GROUP BY c_city, s_city, d_year ORDER BY d_year ASC, revenue DESC",
+    "Q4.1": "SELECT d_year, c_nation, sum(lo_revenue - lo_supplycost) AS profit FROM {t} WHERE c_region = "
+            "'AMERICA' AND s_region = 'AMERICA' AND (p_mfgr = 'MFGR#1' OR p_mfgr = 'MFGR#2') "
+            "GROUP BY d_year, c_nation ORDER BY d_year, c_nation",
+    "Q4.2": "SELECT d_year, s_nation, p_category, sum(lo_revenue - lo_supplycost) AS profit FROM {t} "
+            "WHERE c_region = 'AMERICA' AND s_region = 'AMERICA' AND (d_year = 1997 OR d_year = 1998) "
+            "AND (p_mfgr = 'MFGR#1' OR p_mfgr = 'MFGR#2') GROUP BY d_year, s_nation, p_category "
+            "ORDER BY d_year, s_nation, p_category",
+    "Q4.3": "SELECT d_year, s_city, p_brand1, sum(lo_revenue - lo_supplycost) AS profit FROM {t} "
+            "WHERE s_nation = 'UNITED STATES' AND (d_year = 1997 OR d_year = 1998) AND p_category = 'MFGR#14' "
+            "GROUP BY d_year, s_city, p_brand1 ORDER BY d_year, s_city, p_brand1",
+}  # fmt: skip
+
+COMPACTOR_CONFIG = """
+[source]
+kind = "kafka"
+[source.kafka]
+bootstrap_servers = "unused:9092"
+topics = ["unused"]
+[table]
+path = "{path}"
+partition_by = []
+clustering_columns = [{clustering}]
+columns = [{columns}]
+[compaction]
+target_file_bytes = {target}
+min_file_bytes = 1
+max_group_bytes = {max_group}
+max_groups_per_run = 1
+min_input_files = 2
+[metrics]
+port = 0
+"""
+
+
+def batches(rows: int, scale_factor: float, batch_rows: int = 65_536):  # type: ignore[no-untyped-def]
+    from lakecluster.ssb import SSB_FULL_COLUMNS
+    from lakecluster.stream.generator import GeneratorSettings, generate
+
+    settings = GeneratorSettings(scale_factor=scale_factor)
+    for start in range(0, rows, batch_rows):
+        yield generate(start, min(rows, start + batch_rows), settings, SSB_FULL_COLUMNS)
+
+
+def write_ingested(path: Path, rows: int, files: int, scale_factor: float) -> int:
+    """The rows in generator order as ``files`` appends of one file each (delta-rs), as a stream
+    leaves them, and a checkpoint; returns their bytes."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from lakecluster.ssb import SSB_FULL_COLUMNS
+    from lakecluster.stream.generator import GeneratorSettings, generate
+
+    settings = GeneratorSettings(scale_factor=scale_factor)
+    per_file = -(-rows // files)
+    for start in range(0, rows, per_file):
+        batch = generate(start, min(rows, start + per_file), settings, SSB_FULL_COLUMNS)
+        write_deltalake(str(path), pa.Table.from_batches([batch]), mode="append")
+    table = DeltaTable(str(path))
+    table.create_checkpoint()
+    return int(sum(pa.table(table.get_add_actions(flatten=True))["size_bytes"].to_pylist()))
+
+
+def delta_zorder(spark: Any, source: Path, path: Path, target: int, columns: list[str]) -> float:
+    shutil.copytree(source, path)
+    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
+    started = time.perf_counter()
+    spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY ({', '.join(columns)})").collect()
+    return time.perf_counter() - started
+
+
+def delta_liquid(spark: Any, source: Path, path: Path, target: int, columns: list[str]) -> float:
+    shutil.copytree(source, path)
+    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
+    spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(columns)})").collect()
+    started = time.perf_counter()
+    spark.sql(f"OPTIMIZE delta.`{path}` FULL").collect()
+    return time.perf_counter() - started
+
+
+def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, columns: list[str], rows: int,
+                          scale_factor: float, in_bytes: int) -> float:  # fmt: skip
+    """One round of the real compactor, after sketches of the clustering columns as the stream keeps them."""
+    from deltalake import DeltaTable
+
+    from lakecluster.compaction.loop import Compactor
+    from lakecluster.config import load_config
+    from lakecluster.sketch_store import SketchStore
+    from lakecluster.sketches import BoundarySketches
+    from lakecluster.ssb import SSB_FULL_COLUMNS
+
+    shutil.copytree(source, path)
+    by_name = {c.name: c for c in SSB_FULL_COLUMNS}
+    sketches = BoundarySketches.empty([by_name[c] for c in columns])
+    for batch in batches(rows, scale_factor):
+        for c in columns:
+            sketches.sketches[c].update(batch.column(c))
+    sketches.delta_version = DeltaTable(str(path)).version()
+    SketchStore(str(path)).write(sketches)
+    declared = ", ".join(f'{{ name = "{c.name}", type = "{c.type}"' + (", required = true" if c.required else "")
+                         + " }" for c in SSB_FULL_COLUMNS)  # fmt: skip
+    cfg_file = path.parent / "lakecluster.toml"
+    cfg_file.write_text(COMPACTOR_CONFIG.format(path=path, clustering=", ".join(f'"{c}"' for c in columns),
+                                                columns=declared, target=target, max_group=in_bytes * 2))  # fmt: skip
+    compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
+    started = time.perf_counter()
+    results = compactor.run_once()
+    seconds = time.perf_counter() - started
+    assert [r.result for r in results] == ["committed"], results
+    return seconds
+
+
+def run_queries(spark: Any, path: Path, runs: int) -> dict[str, tuple[int, float, list]]:
+    """Per query: files read (Spark's scan metric), median seconds, and the result rows."""
+    out = {}
+    for name, sql in QUERIES.items():
+        text = sql.format(t=f"delta.`{path}`")
+        spark.sql(text).collect()  # warm-up: file listing, code generation
+        times, files, result = [], 0, []
+        for _ in range(runs):
+            frame = spark.sql(text)
+            started = time.perf_counter()
+            result = frame.collect()
+            times.append(time.perf_counter() - started)
+            files = files_scanned(frame)
+        out[name] = (files, statistics.median(times), [tuple(r) for r in result])
+    return out
+
+
+def render(command: str, layouts: list[tuple[str, int, float | None, dict]], args: argparse.Namespace,
+           in_bytes: int, rows: int) -> str:  # fmt: skip
+    from lakecluster.ssb import SSB_FULL_COLUMNS
+
+    names = [label for label, *_ in layouts]
+    head = "| query | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"
+    files = head + "".join(
+        f"| {q} | " + " | ".join(f"{lay[3][q][0]:,}" for lay in layouts) + " |\n" for q in QUERIES
+    ) + "| **total** | " + " | ".join(f"**{sum(v[0] for v in lay[3].values()):,}**" for lay in layouts) + " |\n"
+    times = head + "".join(
+        f"| {q} | " + " | ".join(f"{lay[3][q][1]:.2f}" for lay in layouts) + " |\n" for q in QUERIES
+    ) + "| **total** | " + " | ".join(f"**{sum(v[1] for v in lay[3].values()):.1f}**" for lay in layouts) + " |\n"
+    facts = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"
+    facts += "| files | " + " | ".join(f"{n:,}" for _, n, _, _ in layouts) + " |\n"
+    facts += "| rewrite (s) | " + " | ".join("" if s is None else f"{s:.0f}" for _, _, s, _ in layouts) + " |\n"
+    facts += "| rewrite MB/s | " + " | ".join(
+        "" if s is None else f"{in_bytes / 1e6 / s:.2f}" for _, _, s, _ in layouts) + " |\n"  # fmt: skip
+    return (f"## SSB: the 13 Star Schema Benchmark queries on four layouts\n\n`{command}` — {rows:,} rows of the "
+            f"flattened SSB table (scale factor {args.scale_factor:g}, {len(SSB_FULL_COLUMNS)} columns, "
+            f"{in_bytes / 1e6:,.0f} MB of Parquet), written in generator order as {args.files} files, then "
+            f"rewritten by each method on the same clustering columns ({', '.join(args.columns)}) to the same "
+            f"target file size. Spark SQL through delta-spark, Spark `local[2]`; files read are Spark's scan "
+            f"metric (`numFiles`), times the median of {args.runs} runs after a warm-up. Every layout returned "
+            "the same result for every query.\n\nFiles read per query:\n\n" + files + "\nSeconds per query:\n\n"
+            + times + "\nThe layouts:\n\n" + facts)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scale-factor", type=float, default=1.0)
+    p.add_argument("--files", type=int, default=1000)
+    p.add_argument("--columns", nargs="+", default=["lo_orderdate", "s_region", "c_region", "p_brand1"])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    command = (f"python bench/ssb.py --scale-factor {args.scale_factor:g} --files {args.files} "
+               f"--columns {' '.join(args.columns)} --runs {args.runs}")  # fmt: skip
+
+    from lakecluster.config import SparkConfig
+    from lakecluster.spark import get_session
+
+    spark = get_session(SparkConfig(master="local[2]", conf={"spark.driver.memory": "6g"}))
+    rows = int(6_000_000 * args.scale_factor)
+    layouts: list[tuple[str, int, float | None, dict]] = []
+    with tempfile.TemporaryDirectory(prefix="lc-ssb-") as tmp:
+        work = Path(tmp)
+        started = time.perf_counter()
+        source = work / "ingested"
+        in_bytes = write_ingested(source, rows, args.files, args.scale_factor)
+        target = max(1, in_bytes // args.files)
+        print(f"{rows:,} rows, {in_bytes / 1e6:,.0f} MB in {args.files} files ({time.perf_counter() - started:.0f} s);"
+              f" target {target:,} bytes", flush=True)  # fmt: skip
+        layouts.append(("as ingested", live_files(spark, source), None, run_queries(spark, source, args.runs)))
+        for label, method in (("Delta ZORDER", delta_zorder), ("Delta liquid", delta_liquid)):
+            path = work / label.split()[1].lower()
+            seconds = method(spark, source, path, target, args.columns)
+            print(f"{label}: {seconds:.0f} s", flush=True)
+            layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
+        path = work / "lakecluster" / "table"
+        seconds = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
+                                        in_bytes)  # fmt: skip
+        print(f"lakecluster: {seconds:.0f} s", flush=True)
+        layouts.append(("**lakecluster**", live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
+    for q in QUERIES:  # the layouts hold the same rows: every query answers the same (sums are decimals: exact)
+        answers = {label: sorted(map(repr, result[q][2])) for label, _, _, result in layouts}
+        assert all(a == answers["as ingested"] for a in answers.values()), f"{q}: the layouts answer differently"
+    section = render(command, layouts, args, in_bytes, rows)
+    print(section)
+    if not args.no_write:
+        write_section(REPO / "docs" / "benchmarks.md", "## SSB", section)
+
+
+if __name__ == "__main__":
+    main()

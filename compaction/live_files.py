@@ -1,0 +1,148 @@
+"""The table's live files as the compactor sees them, kept current from the log's new commits.
+
+Read once from the whole snapshot (delta-rs ``get_add_actions``), then brought forward by applying
+the JSON commits after its version (``delta_log``): a round costs the new commits plus a few
+vectorised passes over the file table, never a second read of the snapshot. A commit that is gone
+(log cleanup after a checkpoint) or that changes the table's metadata means one full read again.
+
+One row per live file: ``path``, ``size``, ``rows``, ``partition.<p>`` (the partition value as
+text), ``generation`` and ``run`` (from the file name, see ``planner.file_run``), and ``min.<c>``,
+``max.<c>`` of the clustering columns (null when the file has no stats for them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakecluster.config import Config
+from lakecluster.delta_log import LogGap, NetChanges, commits_after
+from lakecluster.index.stats import partition_array, typed_stat
+from lakecluster.schema import ColumnSpec, arrow_type
+from lakecluster.table import open_table
+
+log = logging.getLogger(__name__)
+
+# The basename's first "part-g<generation>-<run>-" (what planner.file_run finds).
+_RUN_IN_PATH = r"(?:^|/)[^/]*?part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-[^/]*$"
+
+
+class LiveFiles:
+    @classmethod
+    def of_config(cls, config: Config) -> LiveFiles:
+        """The configured table's files, with the clustering columns' min/max."""
+        by_name = {c.name: c for c in config.table.columns}
+        return cls(config.table.path, [by_name[p] for p in config.table.partition_by],
+                   [by_name[c] for c in config.table.clustering_columns])  # fmt: skip
+
+    def __init__(self, table_uri: str, partition_by: Sequence[ColumnSpec], stats_columns: Sequence[ColumnSpec]) -> None:
+        self.table_uri = table_uri
+        self.partition_by = tuple(partition_by)
+        self.stats_columns = tuple(stats_columns)
+        self.version = -1
+        self.table = self._empty()
+        self.full_reads = 0  # how often the whole snapshot was read (once, unless the log had a gap)
+
+    def _schema(self) -> pa.Schema:
+        fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("rows", pa.int64())]
+        fields += [pa.field(f"partition.{p.name}", pa.string()) for p in self.partition_by]
+        fields += [pa.field("generation", pa.int32()), pa.field("run", pa.string())]
+        for c in self.stats_columns:
+            fields += [pa.field(f"min.{c.name}", arrow_type(c)), pa.field(f"max.{c.name}", arrow_type(c))]
+        return pa.schema(fields)
+
+    def _empty(self) -> pa.Table:
+        return self._schema().empty_table()
+
+    def refresh(self) -> int:
+        """Bring the files to the table's latest version; returns that version."""
+        if self.version < 0:
+            return self._read_snapshot("first read")
+        try:
+            commits = commits_after(self.table_uri, self.version)
+            if not commits:
+                return self.version
+            changes = NetChanges.of(commits)
+            added = self._rows_of(list(changes.added.values()))
+        except LogGap as e:
+            return self._read_snapshot(str(e))
+        except (ValueError, KeyError, TypeError) as e:
+            return self._read_snapshot(f"a commit could not be read: {e}")
+        gone = [*changes.removed, *changes.added]
+        table = self.table
+        if gone:
+            table = table.filter(pc.invert(pc.is_in(table["path"], value_set=pa.array(gone, pa.string()))))
+        self.table = pa.concat_tables([table, added]).combine_chunks() if added.num_rows else table
+        self.version += len(commits)
+        return self.version
+
+    def _read_snapshot(self, reason: str) -> int:
+        table = open_table(self.table_uri)
+        actions = pa.table(table.get_add_actions(flatten=True))
+        self.table = self._from_actions(actions)
+        self.version = table.version()
+        self.full_reads += 1
+        log.debug("live files of %s read from the snapshot at version %d (%s): %d files", self.table_uri,
+                  self.version, reason, self.table.num_rows)  # fmt: skip
+        return self.version
+
+    # -- the two sources ----------------------------------------------------------------------
+
+    def _from_actions(self, actions: pa.Table) -> pa.Table:
+        """Rows from delta-rs's flattened add actions (typed stats and partition values)."""
+        n = actions.num_rows
+        names = set(actions.column_names)
+        cols: dict[str, pa.Array | pa.ChunkedArray] = {
+            "path": actions["path"].cast(pa.string()),
+            "size": actions["size_bytes"].cast(pa.int64()),
+            "rows": actions["num_records"].cast(pa.int64()) if "num_records" in names else pa.nulls(n, pa.int64()),
+        }
+        for p in self.partition_by:
+            key = f"partition.{p.name}"
+            # Text as str() gives it, the same for typed values from delta-rs and the log's text.
+            values = actions[key].to_pylist() if key in names else [None] * n
+            cols[key] = pa.array([None if v is None else str(v) for v in values], pa.string())
+        cols.update(_runs(cols["path"]))
+        for c in self.stats_columns:
+            for bound in ("min", "max"):
+                key = f"{bound}.{c.name}"
+                cols[key] = actions[key].cast(arrow_type(c)) if key in names else pa.nulls(n, arrow_type(c))
+        return pa.table(cols, schema=self._schema())
+
+    def _rows_of(self, adds: list[dict]) -> pa.Table:
+        """Rows from ``add`` actions read from the JSON commits (stats as JSON text)."""
+        if not adds:
+            return self._empty()
+        stats = [json.loads(a.get("stats") or "{}", parse_float=Decimal) for a in adds]
+        paths = pa.array([a["path"] for a in adds], pa.string())
+        cols: dict[str, pa.Array] = {
+            "path": paths,
+            "size": pa.array([int(a.get("size") or 0) for a in adds], pa.int64()),
+            "rows": pa.array([s.get("numRecords") for s in stats], pa.int64()),
+        }
+        for p in self.partition_by:
+            typed = partition_array(p, [(a.get("partitionValues") or {}).get(p.name) for a in adds])
+            cols[f"partition.{p.name}"] = pa.array([None if v is None else str(v) for v in typed.to_pylist()],
+                                                   pa.string())  # fmt: skip
+        cols.update(_runs(paths))
+        for c in self.stats_columns:
+            for bound, upper in (("min", False), ("max", True)):
+                values = [typed_stat(c, s.get(f"{bound}Values", {}).get(c.name), upper) for s in stats]
+                cols[f"{bound}.{c.name}"] = pa.array(values, arrow_type(c))
+        return pa.table(cols, schema=self._schema())
+
+
+def _runs(paths: pa.Array | pa.ChunkedArray) -> dict[str, pa.Array]:
+    """``generation`` (0 when not written by compaction) and ``run`` (null then) of each path."""
+    found = pc.extract_regex(paths, _RUN_IN_PATH)
+    if isinstance(found, pa.ChunkedArray):
+        found = found.combine_chunks()
+    # struct_field, not .field(): a path that does not match is a null struct, and only
+    # struct_field carries that null into the field.
+    generation = pc.fill_null(pc.struct_field(found, "generation").cast(pa.int32()), 0)
+    return {"generation": generation, "run": pc.struct_field(found, "run")}

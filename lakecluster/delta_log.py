@@ -1,0 +1,157 @@
+"""The tail of a Delta log: the JSON commits after a version, read directly.
+
+A process that already holds the table's state at version ``v`` (the index, the compactor's live
+files) brings it up to date by reading ``_delta_log/<v+1>.json``, ``<v+2>.json``, ... (newline-
+delimited actions): work that grows with the new commits, never with the table. When a commit it
+needs is gone (log cleanup after a checkpoint), or one changes the table's metadata, the caller
+must read the whole snapshot again (:class:`LogGap`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from lakecluster.parquet_files import filesystem
+from lakecluster.table import open_table
+
+
+class LogGap(Exception):
+    """The commits after a version cannot be applied one by one: read the whole snapshot."""
+
+
+def read_commit(fs: Any, log_dir: str, version: int) -> list[dict] | None:
+    """The actions of commit ``version``, None when there is no such JSON file."""
+    try:
+        with fs.open_input_stream(f"{log_dir}/{version:020d}.json") as f:
+            text = f.read().decode()
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def commit_info(fs: Any, log_dir: str, version: int, chunk: int = 1 << 16) -> dict | None:
+    """The ``commitInfo`` of commit ``version``, None when the file or the action is missing.
+
+    Reads the file only up to that action: writers put it first, and a commit of many files can
+    be large.
+    """
+    try:
+        stream = fs.open_input_stream(f"{log_dir}/{version:020d}.json")
+    except FileNotFoundError:
+        return None
+    with stream:
+        pending = b""
+        while True:
+            data = stream.read(chunk)
+            lines = (pending + data).split(b"\n")
+            pending = lines.pop() if data else b""
+            for line in lines:
+                if b'"commitInfo"' in line:
+                    info = json.loads(line).get("commitInfo")
+                    if isinstance(info, dict):
+                        return info
+            if not data:
+                return None
+
+
+def last_checkpoint(fs: Any, log_dir: str) -> int | None:
+    try:
+        with fs.open_input_stream(f"{log_dir}/_last_checkpoint") as f:
+            return int(json.loads(f.read())["version"])
+    except (FileNotFoundError, KeyError, ValueError):
+        return None
+
+
+def commits_after(table_uri: str, version: int) -> list[list[dict]]:
+    """The commits after ``version``, in order; :class:`LogGap` when one of them is gone."""
+    fs, root = filesystem(table_uri)
+    log_dir = f"{root}/_delta_log"
+    commits = []
+    while (actions := read_commit(fs, log_dir, version + 1)) is not None:
+        commits.append(actions)
+        version += 1
+    checkpoint = last_checkpoint(fs, log_dir)
+    if checkpoint is not None and checkpoint > version:
+        raise LogGap(f"commits after version {version} are only in a checkpoint ({checkpoint})")
+    return commits
+
+
+@dataclass(frozen=True)
+class NetChanges:
+    """Files added and removed by several commits taken together (a later action on a path wins)."""
+
+    added: dict[str, dict]  # path -> its add action
+    removed: dict[str, dict]  # path -> its remove action
+
+    @classmethod
+    def of(cls, commits: list[list[dict]]) -> NetChanges:
+        """:class:`LogGap` when a commit changes the table's metadata (schema, partitioning)."""
+        added: dict[str, dict] = {}
+        removed: dict[str, dict] = {}
+        for actions in commits:
+            for action in actions:
+                if "metaData" in action:
+                    raise LogGap("a commit changed the table's metadata")
+                if "add" in action:
+                    path = action["add"]["path"]
+                    added[path] = action["add"]
+                    removed.pop(path, None)
+                elif "remove" in action:
+                    path = action["remove"]["path"]
+                    added.pop(path, None)
+                    removed[path] = action["remove"]
+        return cls(added, removed)
+
+
+class TableLog:
+    """A table's version, one application's transaction version and its recent commit infos,
+    followed commit by commit.
+
+    The stream needs these after every micro-batch. delta-rs's ``update_incremental`` rebuilds its
+    view of every live file (seconds on a table of a million files, and gigabytes held); this reads
+    only the new commits' JSON. The whole snapshot is read once, at the start, or again after a gap.
+    """
+
+    KEEP_INFOS = 256  # newest commit infos kept (a micro-batch looks only at the commits since it began)
+
+    def __init__(self, table_uri: str, app_id: str) -> None:
+        self.table_uri = table_uri
+        self.app_id = app_id
+        self.version = -1
+        self.txn_version: int | None = None
+        self.infos: dict[int, dict] = {}
+        self.full_reads = 0
+        self._read_snapshot()
+
+    def _read_snapshot(self) -> None:
+        table = open_table(self.table_uri)
+        self.version = table.version()
+        self.txn_version = table.transaction_version(self.app_id)
+        self.infos = {}
+        self.full_reads += 1
+
+    def refresh(self) -> int:
+        """Apply the commits after the known version; returns the latest version."""
+        try:
+            commits = commits_after(self.table_uri, self.version)
+        except LogGap:
+            self._read_snapshot()
+            return self.version
+        for actions in commits:
+            self.version += 1
+            for action in actions:
+                txn = action.get("txn")
+                if isinstance(txn, dict) and txn.get("appId") == self.app_id:
+                    self.txn_version = int(txn["version"])
+                info = action.get("commitInfo")
+                if isinstance(info, dict):
+                    self.infos[self.version] = info
+        for old in sorted(self.infos)[: max(0, len(self.infos) - self.KEEP_INFOS)]:
+            del self.infos[old]
+        return self.version
+
+    def commit_infos_after(self, version: int) -> list[tuple[int, dict]]:
+        """(version, commitInfo) of the known commits after ``version``, oldest first."""
+        return [(v, self.infos[v]) for v in sorted(self.infos) if v > version]

@@ -1,0 +1,111 @@
+"""The compactor's live files: kept current from the log's new commits, they equal a fresh read of
+the snapshot after appends, rewrites and a checkpoint that made older commits expendable."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from lakecluster.compaction.live_files import LiveFiles, _runs
+from lakecluster.compaction.loop import Compactor
+from lakecluster.compaction.planner import file_run, snapshot_files
+from lakecluster.config import Config, load_config
+from tests.index.tables import COLUMNS, PARTITION_BY, append, batch, rewrite_partition
+
+BY_NAME = {c.name: c for c in COLUMNS}
+STATS = [BY_NAME[n] for n in ("id", "city", "x", "amount", "day", "at", "flag")]
+
+
+def config_for(table: Path, **extra: str) -> Config:
+    columns = "[" + ", ".join(f'{{ name = "{c.name}", type = "{c.type}" }}' for c in COLUMNS) + "]"
+    overrides = {"table.path": str(table), "table.columns": columns, "table.partition_by": '["year"]',
+                 "table.clustering_columns": '["city"]', "source.kind": "kafka", "source.kafka.topics": '["t"]',
+                 **extra}  # fmt: skip
+    return load_config(overrides=overrides, environ={})
+
+
+def live_files(table: Path) -> LiveFiles:
+    return LiveFiles(str(table), [BY_NAME[p] for p in PARTITION_BY], STATS)
+
+
+def fresh(table: Path) -> pa.Table:
+    """The live files read from the whole snapshot, sorted by path."""
+    live = live_files(table)
+    live.refresh()
+    assert live.full_reads == 1
+    return live.table.sort_by("path")
+
+
+def test_follows_appends_and_rewrites_exactly_as_a_fresh_read(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    first = append(table, batch(0, 200, seed=1), 0)
+    live = live_files(table)
+    assert live.refresh() == first
+    steps = [lambda: append(table, batch(200, 120, seed=2), 1), lambda: rewrite_partition(table, 1993),
+             lambda: append(table, batch(320, 80, seed=3), 2)]  # fmt: skip
+    for step in steps:
+        version = step()
+        assert live.refresh() == version
+        assert live.table.sort_by("path").equals(fresh(table))
+    assert live.full_reads == 1  # every step was applied from its commit alone
+
+    files, actions = snapshot_files(DeltaTable(str(table)), PARTITION_BY)
+    got = live.table.sort_by("path")
+    assert got["path"].to_pylist() == sorted(f.path for f in files)
+    by_path = {f.path: f for f in files}
+    for i, path in enumerate(got["path"].to_pylist()):
+        f = by_path[path]
+        assert (got["size"][i].as_py(), got["rows"][i].as_py()) == (f.size, f.rows)
+        assert got["partition.year"][i].as_py() == f.partition_values["year"]
+        assert (got["generation"][i].as_py(), got["run"][i].as_py()) == file_run(path)
+    # Typed min/max as delta-rs reads them from the log: same values, whatever the type.
+    expected = actions.sort_by("path")
+    for c in STATS:
+        for bound in ("min", "max"):
+            key = f"{bound}.{c.name}"
+            if key in expected.column_names:
+                assert got[key].to_pylist() == expected[key].cast(got.schema.field(key).type).to_pylist(), key
+
+
+@pytest.mark.parametrize("path", [
+    "part-g06-0a1b2c3d4e5f-00001-x.c000.zstd.parquet", "year=1993/part-g01-ff-00000-y.parquet",
+    "part-00000-5f1e-c000.snappy.parquet", "part-g2/part-00000-a.parquet", "xpart-g03-0a-1.parquet",
+    "year=1993/part-g01-notahexrun-00000.parquet", "part-g12-abc-part-g03-def-1.parquet",
+])  # fmt: skip
+def test_generation_and_run_as_the_planner_reads_file_names(path: str) -> None:
+    found = _runs(pa.array([path]))
+    assert (found["generation"][0].as_py(), found["run"][0].as_py()) == file_run(path)
+
+
+def test_commits_gone_after_a_checkpoint_mean_one_full_read(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    append(table, batch(0, 100, seed=1), 0)
+    live = live_files(table)
+    live.refresh()
+    for i in range(1, 4):
+        append(table, batch(100 * i, 100, seed=i), i)
+    dt = DeltaTable(str(table))
+    dt.create_checkpoint()
+    for version in range(1, dt.version()):  # what log cleanup does once a checkpoint covers them
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+    assert live.refresh() == dt.version()
+    assert live.full_reads == 2
+    assert live.table.sort_by("path").equals(fresh(table))
+
+
+def test_a_failing_index_sync_is_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    table = tmp_path / "t"
+    append(table, batch(0, 100, seed=1), 0)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    compactor = Compactor(config_for(table, **{"index.path": str(blocker / "index")}))
+    with caplog.at_level(logging.WARNING):
+        compactor.sync_index()
+    assert "index sync failed" in caplog.text
+    ranges = compactor.ranges()  # the compactor's depth estimate needs no index
+    assert ranges.num_rows == len(snapshot_files(DeltaTable(str(table)), PARTITION_BY)[0])
+    assert ranges["min.city"].null_count < ranges.num_rows

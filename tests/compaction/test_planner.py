@@ -1,0 +1,63 @@
+"""The planner over a table of live files makes exactly the plan it makes over every file, while
+turning into Python objects only the files a group could take."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lakecluster.compaction.planner import DataFile, plan_files, plan_live
+from lakecluster.config import CompactionConfig
+
+MB = 1 << 20
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> list[DataFile]:
+    files = []
+    for part in draw(st.lists(st.sampled_from(["1992", "1993", None]), min_size=1, max_size=3, unique=True)):
+        for _ in range(draw(st.integers(0, 12))):  # stream files
+            i = len(files)
+            size = draw(st.integers(1, 40)) * MB
+            files.append(DataFile(f"p{part}/part-{i:05d}.parquet", size, 100, (("year", part),), 0, None))
+        for r in range(draw(st.integers(0, 14))):  # runs of compaction, some with small files
+            gen = draw(st.integers(1, 7))
+            run = f"{len(files):04x}{r:02x}"
+            for _ in range(draw(st.integers(1, 4))):
+                i = len(files)
+                files.append(DataFile(f"p{part}/part-g{gen:02d}-{run}-{i:05d}.parquet",
+                                      draw(st.sampled_from([1, 20, 100, 128])) * MB, 1000, (("year", part),), gen,
+                                      run))  # fmt: skip
+    return files
+
+
+def live_table(files: list[DataFile]) -> pa.Table:
+    return pa.table({
+        "path": pa.array([f.path for f in files], pa.string()), "size": pa.array([f.size for f in files], pa.int64()),
+        "rows": pa.array([f.rows for f in files], pa.int64()),
+        "partition.year": pa.array([f.partition_values.get("year") for f in files], pa.string()),
+        "generation": pa.array([f.generation for f in files], pa.int32()),
+        "run": pa.array([f.run for f in files], pa.string()),
+    })  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(files=tables(), fanout=st.integers(2, 5), max_generation=st.integers(1, 7),
+       group_mb=st.sampled_from([128, 300, 1024]), min_input=st.integers(1, 5))  # fmt: skip
+def test_plan_from_live_files_equals_plan_over_every_file(files: list[DataFile], fanout: int, max_generation: int,
+                                                          group_mb: int, min_input: int) -> None:  # fmt: skip
+    cfg = CompactionConfig(merge_fanout=fanout, max_generation=max_generation, max_group_bytes=group_mb * MB,
+                           min_input_files=min_input, max_groups_per_run=100)  # fmt: skip
+    expected = plan_files(files, 7, cfg)
+    got = plan_live(live_table(files), 7, ["year"], cfg)
+    assert got == expected
+
+
+def test_an_unpartitioned_table_of_settled_runs_plans_only_its_new_files() -> None:
+    settled = [DataFile(f"part-g06-{r:04x}-{i:05d}.parquet", 128 * MB, 1000, (), 6, f"{r:04x}")
+               for r in range(50) for i in range(20)]  # fmt: skip
+    fresh = [DataFile(f"part-{i:05d}.parquet", 4 * MB, 100, (), 0, None) for i in range(8)]
+    got = plan_live(live_table([*settled, *fresh]).drop_columns(["partition.year"]), 3, [], CompactionConfig())
+    assert [len(g.files) for g in got.groups] == [8]
+    assert (got.files_total, got.bytes_total) == (1008, 1000 * 128 * MB + 8 * 4 * MB)

@@ -1,0 +1,66 @@
+"""Following a table's log commit by commit: the version, an application's transaction version and
+the commit infos equal what delta-rs reads from the whole snapshot, and a gap means one full read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from lakecluster.delta_log import NetChanges, TableLog, commit_info, commits_after
+from lakecluster.parquet_files import filesystem
+from tests.index.tables import append, batch, rewrite_partition
+
+
+def test_table_log_follows_versions_transactions_and_commit_infos(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    append(table, batch(0, 50, seed=1), 0)
+    followed = TableLog(str(table), "test")
+    other_app = TableLog(str(table), "another")
+    assert (followed.version, followed.txn_version, other_app.txn_version) == (1, 0, None)
+    for batch_id in (1, 2):
+        append(table, batch(50 * batch_id, 50, seed=batch_id), batch_id)
+    rewrite_partition(table, 1993)  # no transaction of the app
+    assert followed.refresh() == other_app.refresh() == DeltaTable(str(table)).version() == 4
+    assert followed.txn_version == DeltaTable(str(table)).transaction_version("test") == 2
+    assert other_app.txn_version is None
+    history = {h["version"]: h for h in DeltaTable(str(table)).history()}
+    infos = followed.commit_infos_after(1)
+    assert [v for v, _ in infos] == [2, 3, 4]
+    for version, info in infos:
+        assert info["operation"] == history[version]["operation"]
+        assert info["timestamp"] == history[version]["timestamp"]
+    assert followed.full_reads == 1
+
+
+def test_table_log_reads_the_snapshot_again_after_a_gap(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    append(table, batch(0, 50, seed=1), 0)
+    followed = TableLog(str(table), "test")
+    for batch_id in (1, 2, 3):
+        append(table, batch(50 * batch_id, 50, seed=batch_id), batch_id)
+    dt = DeltaTable(str(table))
+    dt.create_checkpoint()
+    for version in range(2, dt.version()):  # what log cleanup does once a checkpoint covers them
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+    assert followed.refresh() == dt.version()
+    assert (followed.full_reads, followed.txn_version) == (2, 3)
+
+
+def test_net_changes_and_commit_info_read_from_the_json_commits(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    append(table, batch(0, 120, seed=1), 0)
+    first = DeltaTable(str(table)).version()
+    append(table, batch(120, 120, seed=2), 1)
+    rewrite_partition(table, 1992)
+    changes = NetChanges.of(commits_after(str(table), first))
+    live = set(DeltaTable(str(table)).file_uris())
+    at_first = set(DeltaTable(str(table), version=first).file_uris())
+    root = str(table)
+    assert {f"{root}/{p}" for p in changes.added} == live - at_first
+    removed = {f"{root}/{p}" for p in changes.removed}
+    assert at_first - live <= removed and not removed & live  # (and files added, then removed, within)
+    fs, path = filesystem(root)
+    info = commit_info(fs, f"{path}/_delta_log", first + 2, chunk=7)  # a small chunk: lines cut across reads
+    assert info is not None and info["operation"] == DeltaTable(root).history(1)[0]["operation"]
+    assert commit_info(fs, f"{path}/_delta_log", first + 3) is None
