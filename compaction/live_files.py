@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from decimal import Decimal
 
@@ -47,6 +48,12 @@ class LiveFiles:
         self.version = -1
         self.table = self._empty()
         self.full_reads = 0  # how often the whole snapshot was read (once, unless the log had a gap)
+        self._lock = threading.Lock()  # the compactor's rounds and the table monitor share one view
+
+    def snapshot(self) -> tuple[int, pa.Table]:
+        """(latest version, its live files), brought up to date first."""
+        with self._lock:
+            return self._refresh(), self.table
 
     def _schema(self) -> pa.Schema:
         fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("rows", pa.int64())]
@@ -61,6 +68,10 @@ class LiveFiles:
 
     def refresh(self) -> int:
         """Bring the files to the table's latest version; returns that version."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> int:
         if self.version < 0:
             return self._read_snapshot("first read")
         try:

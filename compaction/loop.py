@@ -32,7 +32,8 @@ from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
-from lakecluster.errors import CompactionConflictError, FatalServiceError, NoBoundariesError
+from lakecluster.delta_log import log_exists
+from lakecluster.errors import CompactionConflictError, FatalServiceError, NoBoundariesError, TableNotFoundError
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
 from lakecluster.index.spec import IndexSpec
@@ -42,7 +43,7 @@ from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
-from lakecluster.table import TableSpec, open_table
+from lakecluster.table import TableSpec
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,8 @@ class Compactor:
         storage.configure(config.storage)
         t = config.table
         self.spec = TableSpec.of_columns(t.path, t.columns, t.partition_by)
-        open_table(self.spec.uri)  # read-only: a missing table is an error, never created here
+        if not log_exists(self.spec.uri):  # read-only: a missing table is an error, never created here
+            raise TableNotFoundError(self.spec.uri)
         self.live = LiveFiles.of_config(config)
         self.store = SketchStore(t.path)
         self.index_spec = IndexSpec.from_config(config)
@@ -104,7 +106,7 @@ class Compactor:
         self._job_group: str | None = None
         self._cancelled = threading.Event()  # the stop timeout passed mid-rewrite: abandon it, whatever Spark did
         self.last_vacuum: float | None = None  # the first round vacuums
-        self.monitor = TableMonitor(config)
+        self.monitor = TableMonitor(config, self.live)
         HEALTH.register(HEALTH_NAME)
         metrics.COMPACTION_THRESHOLDS.info(thresholds(config))
         # Every labelled series exists from the start, so rates and sums over them work at 0.
@@ -177,8 +179,8 @@ class Compactor:
         return latest
 
     def plan(self) -> Plan:
-        version = self.live.refresh()
-        return plan_live(self.live.table, version, self.spec.partition_by, self.config.compaction)
+        version, files = self.live.snapshot()
+        return plan_live(files, version, self.spec.partition_by, self.config.compaction)
 
     def sync_index(self) -> None:
         """Bring the column-stats index up to date; a failure is logged, never fails compaction
@@ -193,8 +195,7 @@ class Compactor:
 
     def ranges(self) -> pa.Table:
         """path, min.<c>, max.<c> of the clustering columns per live file, at the latest version."""
-        self.live.refresh()
-        return self.live.table
+        return self.live.snapshot()[1]
 
     # -- one round --------------------------------------------------------------------------
 
@@ -234,8 +235,7 @@ class Compactor:
             self.on_progress(line)
 
     def _inputs_live(self, group: Group) -> bool:
-        self.live.refresh()
-        paths = self.live.table["path"]
+        paths = self.live.snapshot()[1]["path"]
         wanted = pa.array([f.path for f in group.files], pa.string())
         return pc.sum(pc.is_in(paths, value_set=wanted)).as_py() == len(group.files)
 

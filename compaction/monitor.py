@@ -29,9 +29,9 @@ HISTORY_SCAN = 1000  # commits read back at start for the last rewrite and vacuu
 
 
 class TableMonitor:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, live: LiveFiles | None = None) -> None:
         self.config = config
-        self.live = LiveFiles.of_config(config)
+        self.live = live or LiveFiles.of_config(config)
         self.sketch_store = SketchStore(config.table.path)
         self.index_store = IndexStore(config.index.resolved_path(config.table)) if config.index.enabled else None
         self._seen: tuple[int, int | None, int | None] | None = None
@@ -43,7 +43,7 @@ class TableMonitor:
     def observe(self) -> bool:
         """Bring the table gauges up to date; False when nothing had changed since the last look."""
         with self._lock:
-            version = self.live.refresh()
+            version, files = self.live.snapshot()
             sketches = self.sketch_store.latest()
             manifest = self.index_store.manifest() if self.index_store is not None else None
             key = (version, None if sketches is None else sketches.delta_version,
@@ -52,7 +52,6 @@ class TableMonitor:
             if key == self._seen:
                 return False
             cfg = self.config
-            files = self.live.table
             sizes = files["size"].to_numpy()
             self._observe_history(version)
             metrics.TABLE_VERSION.set(version)

@@ -64,6 +64,15 @@ def last_checkpoint(fs: Any, log_dir: str) -> int | None:
         return None
 
 
+def log_exists(table_uri: str) -> bool:
+    """Whether a Delta log is at ``table_uri``: its first commit or a checkpoint (cleanup removes
+    old commits only once a checkpoint covers them). Cheap: no snapshot is read."""
+    fs, root = filesystem(table_uri)
+    log_dir = f"{root}/_delta_log"
+    infos = fs.get_file_info([f"{log_dir}/{0:020d}.json", f"{log_dir}/_last_checkpoint"])
+    return any(info.is_file for info in infos)
+
+
 def commits_after(table_uri: str, version: int) -> list[list[dict]]:
     """The commits after ``version``, in order; :class:`LogGap` when one of them is gone."""
     fs, root = filesystem(table_uri)

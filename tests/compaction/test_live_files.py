@@ -14,6 +14,7 @@ from lakecluster.compaction.live_files import LiveFiles, _runs
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.planner import file_run, snapshot_files
 from lakecluster.config import Config, load_config
+from lakecluster.errors import TableNotFoundError
 from tests.index.tables import COLUMNS, PARTITION_BY, append, batch, rewrite_partition
 
 BY_NAME = {c.name: c for c in COLUMNS}
@@ -109,3 +110,15 @@ def test_a_failing_index_sync_is_logged_not_raised(tmp_path: Path, caplog: pytes
     ranges = compactor.ranges()  # the compactor's depth estimate needs no index
     assert ranges.num_rows == len(snapshot_files(DeltaTable(str(table)), PARTITION_BY)[0])
     assert ranges["min.city"].null_count < ranges.num_rows
+
+
+def test_the_compactor_refuses_a_missing_table_and_shares_its_view_with_the_monitor(tmp_path: Path) -> None:
+    with pytest.raises(TableNotFoundError):
+        Compactor(config_for(tmp_path / "nothing"))
+    table = tmp_path / "t"
+    append(table, batch(0, 100, seed=1), 0)
+    compactor = Compactor(config_for(table))
+    assert compactor.monitor.live is compactor.live
+    compactor.plan()
+    assert compactor.monitor.observe()
+    assert compactor.live.full_reads == 1  # one read of the snapshot for both

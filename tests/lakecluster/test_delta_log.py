@@ -7,7 +7,7 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from lakecluster.delta_log import NetChanges, TableLog, commit_info, commits_after
+from lakecluster.delta_log import NetChanges, TableLog, commit_info, commits_after, log_exists
 from lakecluster.parquet_files import filesystem
 from tests.index.tables import append, batch, rewrite_partition
 
@@ -45,6 +45,8 @@ def test_table_log_reads_the_snapshot_again_after_a_gap(tmp_path: Path) -> None:
         (table / "_delta_log" / f"{version:020d}.json").unlink()
     assert followed.refresh() == dt.version()
     assert (followed.full_reads, followed.txn_version) == (2, 3)
+    (table / "_delta_log" / f"{0:020d}.json").unlink()  # only the checkpoint tells there is a table now
+    assert log_exists(str(table)) and not log_exists(str(tmp_path / "elsewhere"))
 
 
 def test_net_changes_and_commit_info_read_from_the_json_commits(tmp_path: Path) -> None:
