@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,8 +118,14 @@ def commit_rewrite(
     *,
     metadata: Mapping[str, str],
     zorder_by: Sequence[str] = (),
+    gone_since: Callable[[int, Sequence[str]], list[str]] | None = None,
 ) -> CommitResult:
-    """Swap the group's files for ``written`` in one Delta transaction; returns the new version."""
+    """Swap the group's files for ``written`` in one Delta transaction; returns the new version.
+
+    ``gone_since(version, paths)`` names the paths not live at ``version`` (answering from a later
+    version is conservative: a file removed since then is named too); by default a snapshot of the
+    table at the transaction's read version answers.
+    """
     verify_outputs(table_uri, written)
     jvm = spark._jvm  # type: ignore[attr-defined]
     assert jvm is not None
@@ -128,7 +134,8 @@ def commit_rewrite(
     delta_log = delta.DeltaLog.forTable(spark._jsparkSession, table_uri)  # type: ignore[attr-defined]
     txn = delta_log.startTransaction()
     read_version = int(txn.readVersion())
-    gone = _live_at(table_uri, read_version, [f.path for f in group.files])
+    inputs = [f.path for f in group.files]
+    gone = gone_since(read_version, inputs) if gone_since is not None else _live_at(table_uri, read_version, inputs)
     if gone:
         raise CompactionConflictError(
             f"{len(gone)} input file(s) of the group are no longer in the table at version {read_version} "

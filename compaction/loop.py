@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -33,7 +33,13 @@ from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.delta_log import log_exists
-from lakecluster.errors import CompactionConflictError, FatalServiceError, NoBoundariesError, TableNotFoundError
+from lakecluster.errors import (
+    CompactionConflictError,
+    FatalServiceError,
+    NoBoundariesError,
+    TableError,
+    TableNotFoundError,
+)
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
 from lakecluster.index.spec import IndexSpec
@@ -235,9 +241,16 @@ class Compactor:
             self.on_progress(line)
 
     def _inputs_live(self, group: Group) -> bool:
-        paths = self.live.snapshot()[1]["path"]
-        wanted = pa.array([f.path for f in group.files], pa.string())
-        return pc.sum(pc.is_in(paths, value_set=wanted)).as_py() == len(group.files)
+        return not self._gone_since(-1, [f.path for f in group.files])
+
+    def _gone_since(self, version: int, paths: Sequence[str]) -> list[str]:
+        """Which ``paths`` are not live at the latest version (which is at least ``version``)."""
+        latest, files = self.live.snapshot()
+        if latest < version:
+            raise TableError(f"the log of {self.spec.uri} is at version {latest}, behind {version}")
+        wanted = pa.array(list(paths), pa.string())
+        live = pc.is_in(wanted, value_set=files["path"]).to_numpy(zero_copy_only=False)
+        return [p for p, ok in zip(paths, live, strict=True) if not ok]
 
     def compact_group(self, group: Group, sketches: BoundarySketches) -> GroupResult:
         cfg = self.config.compaction
@@ -271,7 +284,8 @@ class Compactor:
         metrics.COMPACTION_COMMIT_ATTEMPTS.inc()
         try:
             result = commit_rewrite(self.spark, self.spec.uri, group, written, metadata=meta,
-                                    zorder_by=self.config.table.clustering_columns)  # fmt: skip
+                                    zorder_by=self.config.table.clustering_columns,
+                                    gone_since=self._gone_since)  # fmt: skip
         except CompactionConflictError as e:
             metrics.COMPACTION_GROUPS.labels("conflict").inc()
             log.warning("group in %s abandoned: %s", dict(group.partition) or "table", e)

@@ -184,7 +184,9 @@ def typed_stat(col: ColumnSpec, value: Any, upper: bool) -> Any:
 
 
 def partition_array(col: ColumnSpec, strings: list[str | None]) -> pa.Array:
+    """Typed partition values from the log's text; an empty string is null (Delta protocol)."""
     tp = arrow_type(col)
+    strings = [None if s == "" else s for s in strings]
     raw = pa.array(strings, pa.string())
     if col.type == "timestamp":
         return pa.array([None if s is None else typed_stat(col, s.replace(" ", "T"), False) for s in strings], tp)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -52,6 +53,7 @@ _TMP = f".{MANIFEST}."  # prefix of temporary manifests (local and HDFS-like sto
 # Object stores: a PUT replaces the whole object atomically, and a "move" is a copy plus a delete.
 _OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 _T = TypeVar("_T")
+_ROWS_IN_NAME = re.compile(r"-r(\d+)\.parquet$")
 log = logging.getLogger(__name__)
 
 
@@ -67,7 +69,6 @@ class Manifest:
     # Data files earlier manifests named and this one does not -> when they stopped being named
     # (Unix seconds); the collector keeps them for the grace period after that.
     retired: dict[str, float] = field(default_factory=dict)
-    rows: dict[str, int] = field(default_factory=dict)  # rows per named data file (merges size by it)
     format: int = FORMAT
 
     def columns(self) -> tuple[ColumnSpec, ...]:
@@ -250,7 +251,9 @@ class IndexStore:
     def write(self, rows: pa.Table, kind: str, version: int) -> str:
         """Write sorted ``rows`` as one file; returns its name (relative to the index path)."""
         self.fs.create_dir(self.root, recursive=True)
-        name = f"{kind}-{version:020d}-{uuid.uuid4().hex[:12]}.parquet"
+        # The row count in the name lets merges size files without reading them; older readers
+        # take names as they are.
+        name = f"{kind}-{version:020d}-{uuid.uuid4().hex[:12]}-r{rows.num_rows}.parquet"
         rows = rows.cast(ROW_SCHEMA).sort_by(KEY)
         with pq.ParquetWriter(
             f"{self.root}/{name}", ROW_SCHEMA, filesystem=self.fs, compression="zstd",
@@ -345,25 +348,23 @@ class IndexStore:
         """Publish a new base holding ``rows``, no segments (``based_on``: what ``rows`` were read from)."""
         started = time.monotonic()  # the base is the only file a rebuild needs kept
         base = self.write(rows, "base", manifest.delta_version)
-        new = Manifest(**{**asdict(manifest), "base": base, "segments": [], "rows": {base: rows.num_rows}})
+        new = Manifest(**{**asdict(manifest), "base": base, "segments": []})
         return self.publish(new, based_on=based_on, started=started)
 
     def append(self, rows: pa.Table, old: Manifest, version: int, max_segments: int, *,
                started: float) -> Publication:  # fmt: skip
         """Publish a segment with ``rows`` (adds and tombstones) on top of ``old``, read at
         ``started`` (``time.monotonic()``); then merge segments as :func:`merge_plan` says."""
-        segments, counts = list(old.segments), dict(old.rows)
+        segments = list(old.segments)
         if rows.num_rows:
-            segment = self.write(rows, "seg", version)
-            segments.append(segment)
-            counts[segment] = rows.num_rows
-        new = Manifest(**{**asdict(old), "delta_version": version, "segments": segments, "rows": counts})
+            segments.append(self.write(rows, "seg", version))
+        new = Manifest(**{**asdict(old), "delta_version": version, "segments": segments})
         appended = self.publish(new, based_on=old, started=started)
         if not appended.published:
             return appended
         current = appended.manifest
-        sizes = [self._rows(current, name) for name in current.segments]
-        base_rows = self._rows(current, current.base) if current.base else 0
+        sizes = [self._rows(name) for name in current.segments]
+        base_rows = self._rows(current.base) if current.base else 0
         merge = merge_plan(base_rows, sizes, max_segments)
         if merge == 0:
             return appended
@@ -374,14 +375,13 @@ class IndexStore:
         kept, merging = current.segments[: len(sizes) - merge], current.segments[-merge:]
         rows = _latest([self._numbered(current, name) for name in merging], ROW_SCHEMA.names, keep_deleted=True)
         merged = self.write(rows, "seg", current.delta_version)
-        new = Manifest(**{**asdict(current), "segments": [*kept, merged],
-                          "rows": {**{n: current.rows.get(n, 0) for n in kept}, merged: rows.num_rows}})  # fmt: skip
+        new = Manifest(**{**asdict(current), "segments": [*kept, merged]})
         return self._merged_or(appended, self.publish(new, based_on=current, started=started))
 
-    def _rows(self, manifest: Manifest, name: str) -> int:
-        """Rows of a named data file: from the manifest, else (written before it kept them) the footer."""
-        known = manifest.rows.get(name)
-        return known if known is not None else self._open(name).metadata.num_rows
+    def _rows(self, name: str) -> int:
+        """Rows of a data file: from its name (``-r<rows>``), else (an older file) its footer."""
+        found = _ROWS_IN_NAME.search(name)
+        return int(found.group(1)) if found else self._open(name).metadata.num_rows
 
     @staticmethod
     def _merged_or(appended: Publication, merged: Publication) -> Publication:

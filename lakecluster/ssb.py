@@ -170,17 +170,18 @@ class Dimension:
         return self.members[first + (u * count).astype(np.int64)] + 1
 
 
-@functools.lru_cache(maxsize=4)
-def dimensions(seed: int, scale_factor: float) -> dict[str, Dimension]:
-    """Which city (brand) each customer, supplier and part has, at a seed and scale factor."""
-    sizes = dimension_sizes(scale_factor)
-    out = {}
-    for name, salt, groups in (("customer", 101, len(CITIES)), ("supplier", 102, len(CITIES)),
-                               ("part", 103, len(BRANDS))):  # fmt: skip
-        group_of = np.random.default_rng([seed, salt]).integers(0, groups, sizes[name])
-        group_of[:groups] = np.arange(groups)  # every city (brand) has a row
-        out[name] = Dimension.grouped(group_of, groups)
-    return out
+_DIMENSION_SALT = {"customer": 101, "supplier": 102, "part": 103}
+
+
+@functools.lru_cache(maxsize=12)
+def dimension(seed: int, scale_factor: float, name: str) -> Dimension:
+    """Which city (brand) each customer, supplier or part has, at a seed and scale factor
+    (built once per process, and only when a column needs it)."""
+    groups = len(BRANDS) if name == "part" else len(CITIES)
+    group_of = np.random.default_rng([seed, _DIMENSION_SALT[name]]).integers(0, groups,
+                                                                              dimension_sizes(scale_factor)[name])
+    group_of[:groups] = np.arange(groups)  # every city (brand) has a row
+    return Dimension.grouped(group_of, groups)
 
 
 def _text(rng: np.random.Generator, n: int, length: int) -> np.ndarray:
@@ -198,19 +199,19 @@ def _phones(rng: np.random.Generator, nation: np.ndarray) -> np.ndarray:
 @functools.lru_cache(maxsize=4)
 def dimension_columns(seed: int, scale_factor: float) -> dict[str, np.ndarray]:
     """The descriptive columns of customer, supplier and part, by key - 1 (built once per process)."""
-    dims = dimensions(seed, scale_factor)
     out: dict[str, np.ndarray] = {}
     for name, prefix, title in (("customer", "c", "Customer"), ("supplier", "s", "Supplier")):
         rng = np.random.default_rng([seed, 201 if name == "customer" else 202])
-        n = len(dims[name].group_of)
+        group_of = dimension(seed, scale_factor, name).group_of
+        n = len(group_of)
         keys = np.char.zfill(np.arange(1, n + 1).astype(str), 9)
         out[f"{prefix}_name"] = np.char.add(f"{title}#", keys).astype(object)
         out[f"{prefix}_address"] = _text(rng, n, 15)
-        out[f"{prefix}_phone"] = _phones(rng, dims[name].group_of // 10)
+        out[f"{prefix}_phone"] = _phones(rng, group_of // 10)
         if name == "customer":
             out["c_mktsegment"] = SEGMENTS[rng.integers(0, len(SEGMENTS), n)]
     rng = np.random.default_rng([seed, 203])
-    n = len(dims["part"].group_of)
+    n = len(dimension(seed, scale_factor, "part").group_of)
     first, second = COLORS[rng.integers(0, len(COLORS), n)], COLORS[rng.integers(0, len(COLORS), n)]
     out["p_name"] = np.char.add(np.char.add(first.astype(str), " "), second.astype(str)).astype(object)
     out["p_color"] = first

@@ -27,8 +27,8 @@ from lakecluster.ssb import (
     REGIONS,
     SHIPMODES,
     date_attributes,
+    dimension,
     dimension_columns,
-    dimensions,
     retail_price_cents,
 )
 
@@ -89,8 +89,7 @@ def _block(block: int, settings: GeneratorSettings, names: frozenset[str]) -> di
     priority = PRIORITIES[rng.integers(0, len(PRIORITIES), n)]
     tax = rng.integers(0, 9, n)
     commit_days = rng.integers(30, 91, n)
-    dims = dimensions(settings.seed, settings.scale_factor)
-    partkey = dims["part"].keys_for(brand, u_part)
+    partkey = dimension(settings.seed, settings.scale_factor, "part").keys_for(brand, u_part)
     extended = quantity * retail_price_cents(partkey)
     revenue = extended * (100 - discount) // 100
     out = {
@@ -124,10 +123,10 @@ def _block(block: int, settings: GeneratorSettings, names: frozenset[str]) -> di
     }
     customers = suppliers = None
     if names & {"lo_custkey", "c_name", "c_address", "c_phone", "c_mktsegment"}:
-        customers = dims["customer"].keys_for(c_city, u_customer)
+        customers = dimension(settings.seed, settings.scale_factor, "customer").keys_for(c_city, u_customer)
         out["lo_custkey"] = customers
     if names & {"lo_suppkey", "s_name", "s_address", "s_phone"}:
-        suppliers = dims["supplier"].keys_for(s_city, u_supplier)
+        suppliers = dimension(settings.seed, settings.scale_factor, "supplier").keys_for(s_city, u_supplier)
         out["lo_suppkey"] = suppliers
     if names & _DIMENSION_COLUMNS:
         columns = dimension_columns(settings.seed, settings.scale_factor)

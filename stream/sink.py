@@ -110,14 +110,14 @@ class StreamSink:
         """Whether the table and the quarantine already hold this txn version of the stream."""
         stream_id = self.start.stream_id
         self.table.refresh()
-        table_done = (self.table.txn_version or -1) >= batch_txn
+        table_done = _at_least(self.table.txn_version, batch_txn)
         if self.quarantine is None:
             try:
                 self.quarantine = TableLog(self.quarantine_uri, stream_id)
             except Exception:  # no quarantine table yet: nothing committed there
                 return table_done, False
         self.quarantine.refresh()
-        return table_done, (self.quarantine.txn_version or -1) >= batch_txn
+        return table_done, _at_least(self.quarantine.txn_version, batch_txn)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -235,6 +235,11 @@ def empty_headers_not_null(frame: DataFrame) -> DataFrame:
         return frame
     empty = F.array().cast(frame.schema["headers"].dataType)
     return frame.withColumn("headers", F.coalesce(F.col("headers"), empty))
+
+
+def _at_least(version: int | None, wanted: int) -> bool:
+    """Whether a table's transaction version (None: none yet) has reached ``wanted`` (0 counts)."""
+    return version is not None and version >= wanted
 
 
 def files_written(table: TableLog, before: int, meta: str) -> tuple[int, int]:

@@ -245,5 +245,5 @@ def _validate_generator(gc: GeneratorSourceConfig, table: TableConfig) -> None:
     _positive("source.generator.max_rows_per_trigger", gc.max_rows_per_trigger)
     if gc.brand_skew < 0:
         raise ConfigError("source.generator.brand_skew", "must be >= 0 (0 = uniform, 1 = Zipf)")
-    if not 0 < gc.scale_factor <= 10_000:
-        raise ConfigError("source.generator.scale_factor", f"must be > 0 and <= 10000, got {gc.scale_factor}")
+    if not 0 < gc.scale_factor <= 1_000:  # 30 M customers: what one worker holds in memory comfortably
+        raise ConfigError("source.generator.scale_factor", f"must be > 0 and <= 1000, got {gc.scale_factor}")

@@ -8,10 +8,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.prune import prune
@@ -100,6 +101,19 @@ def test_merge_plan_is_a_binary_counter_with_bounded_work() -> None:
     assert merge_plan(100, [30, 20], max_segments=8) == 2  # half the base's rows: everything merges
     assert merge_plan(10**9, [8, 4, 2, 1], max_segments=3) == 4  # past max_segments: all segments
     assert merge_plan(10**9, [8, 4, 2], max_segments=8) == 0
+
+
+def test_an_empty_partition_value_is_indexed_as_null_incrementally_as_in_a_rebuild(tmp_path: Path) -> None:
+    table = str(tmp_path / "t")
+    rows = pa.table({"s": pa.array(["", "x"]), "v": pa.array([1, 2], pa.int64())})
+    write_deltalake(table, rows, partition_by=["s"])  # "" in partitionValues: Delta's null
+    spec = IndexSpec.for_table(table)
+    assert sync(spec).mode == "rebuild"
+    write_deltalake(table, rows, partition_by=["s"], mode="append")
+    assert sync(spec).mode == "incremental"
+    kept = prune(spec, "s IS NULL", sync_first=False)
+    assert kept.files.num_rows == 2 and kept.files_total == 4  # both files of the null partition
+    assert store_for(spec).read_all().equals(rebuilt(spec, tmp_path))
 
 
 def test_a_checkpoint_that_hides_needed_commits_makes_sync_rebuild(tmp_path: Path) -> None:
