@@ -232,14 +232,15 @@ themselves and before the index merged segments by size (2026-11-25, commit a8a3
 delta-rs (`get_add_actions`, seconds at this size) several times: to plan, to check each group's
 inputs, for the table gauges.
 
-Reading it: planning, index sync and the table gauges now cost little more at 1,000,000 files
-than at 10,000; what is left grows with the table only through vectorised passes over the live-file
-table (a hash of the paths to drop the removed files, the candidate filter). Prune reads one
+Reading it: planning, index sync and the table gauges grow far slower than the table, and stay
+well under the goals at 1,000,000 files; what still grows with the table is a few vectorised passes
+over the live-file table (a hash of the paths to drop the removed files, the candidate filter, the
+gauges' sums), no read of the snapshot. Prune reads one
 index entry per file of the queried column, the file's path included: 1,000,000 paths decoded per
 query is most of its 0.3 s. Reaching 100 ms needs an index that stores each path once and keys the
 per-column entries by a file number. The peak memory is the start: delta-rs reads the whole snapshot
-once (about 4 GB at this size) for the compactor's live files, the monitor's, and the index build;
-the rounds afterwards add little.
+(about 4 GB at this size) once for the live files the compactor and the monitor share, and once for
+the index build; the rounds afterwards add little.
 """
 
 
