@@ -85,6 +85,7 @@ partition_by = []
 clustering_columns = [{clustering}]
 columns = [{columns}]
 [compaction]
+column_weights = {{ {weights} }}
 target_file_bytes = {target}
 min_file_bytes = 1
 max_group_bytes = {max_group}
@@ -140,7 +141,7 @@ def delta_liquid(spark: Any, source: Path, path: Path, target: int, columns: lis
 
 
 def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, columns: list[str], rows: int,
-                          scale_factor: float, in_bytes: int) -> float:  # fmt: skip
+                          scale_factor: float, in_bytes: int, weights: dict[str, float]) -> float:  # fmt: skip
     """One round of the real compactor, after sketches of the clustering columns as the stream keeps them."""
     from deltalake import DeltaTable
 
@@ -161,8 +162,10 @@ def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, col
     declared = ", ".join(f'{{ name = "{c.name}", type = "{c.type}"' + (", required = true" if c.required else "")
                          + " }" for c in SSB_FULL_COLUMNS)  # fmt: skip
     cfg_file = path.parent / "lakecluster.toml"
+    weighted = ", ".join(f"{k} = {v:g}" for k, v in weights.items())
     cfg_file.write_text(COMPACTOR_CONFIG.format(path=path, clustering=", ".join(f'"{c}"' for c in columns),
-                                                columns=declared, target=target, max_group=in_bytes * 2))  # fmt: skip
+                                                columns=declared, target=target, max_group=in_bytes * 2,
+                                                weights=weighted))  # fmt: skip
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()
@@ -254,10 +257,15 @@ def main() -> None:
     p.add_argument("--files", type=int, default=1000)
     p.add_argument("--columns", nargs="+", default=["lo_orderdate", "s_region", "c_region", "p_brand1"])
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--weights", nargs="*", default=[], metavar="COLUMN=WEIGHT",
+                   help="lakecluster's compaction.column_weights (default: equal)")
+    p.add_argument("--only-lakecluster", action="store_true", help="skip the Delta layouts (a weights trial)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
+    weights = {k: float(v) for k, v in (w.split("=", 1) for w in args.weights)}
     command = (f"python bench/ssb.py --scale-factor {args.scale_factor:g} --files {args.files} "
-               f"--columns {' '.join(args.columns)} --runs {args.runs}")  # fmt: skip
+               f"--columns {' '.join(args.columns)} --runs {args.runs}"
+               + (f" --weights {' '.join(args.weights)}" if args.weights else ""))  # fmt: skip
 
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
@@ -274,19 +282,24 @@ def main() -> None:
         print(f"{rows:,} rows, {in_bytes / 1e6:,.0f} MB in {args.files} files ({time.perf_counter() - started:.0f} s);"
               f" target {target:,} bytes", flush=True)  # fmt: skip
         layouts.append(("as ingested", live_files(spark, source), None, run_queries(spark, source, args.runs)))
-        for label, method in (("Delta ZORDER", delta_zorder), ("Delta liquid", delta_liquid)):
+        methods = () if args.only_lakecluster else (("Delta ZORDER", delta_zorder), ("Delta liquid", delta_liquid))
+        for label, method in methods:
             path = work / label.split()[1].lower()
             seconds = method(spark, source, path, target, args.columns)
             print(f"{label}: {seconds:.0f} s", flush=True)
             layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
         path = work / "lakecluster" / "table"
         seconds = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
-                                        in_bytes)  # fmt: skip
+                                        in_bytes, weights)  # fmt: skip
         print(f"lakecluster: {seconds:.0f} s", flush=True)
         layouts.append(("**lakecluster**", live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
     for q in QUERIES:  # the layouts hold the same rows: every query answers the same (sums are decimals: exact)
         answers = {label: sorted(map(repr, result[q][2])) for label, _, _, result in layouts}
         assert all(a == answers["as ingested"] for a in answers.values()), f"{q}: the layouts answer differently"
+    if args.only_lakecluster:
+        for q in QUERIES:
+            print(f"| {q} | " + " | ".join(f"{lay[3][q][0]:,}" for lay in layouts) + " |")
+        return
     section = render(command, layouts, args, in_bytes, rows)
     print(section)
     if not args.no_write:
