@@ -206,10 +206,13 @@ p_brand1):
   would not serve the region queries, since a region is five separate runs of city names.
 - **Date-only queries** (Q1.1-Q1.3): ZORDER and liquid read fewer files there (67 against 300 on
   Q1.2). The regions they leave unclustered leave their share of the curve to the date and the
-  brand. lakecluster spends 25 cuts on the regions, leaving the date about 7 ranges. What would
-  win these too: more date levels through `compaction.column_weights` (`lakecluster tune
-  --queries` suggests them), paid for on the brand queries; or more files (a smaller target),
-  which gives every column more levels.
+  brand. lakecluster spends 25 cuts on the regions, leaving the date about 7 ranges.
+- **Weights do not buy those three back at this file count.** A trial on the same input,
+  `python bench/ssb.py --scale-factor 1 --files 1000 --weights lo_orderdate=3 --only-lakecluster
+  --no-write`, read 194, 73 and 115 files on Q1.1-Q1.3, still above ZORDER's 177, 67 and 104. The
+  regions lost levels (Q3.1 81 files, Q3.3 571), and the total rose from 2,168 to 2,499. With about
+  1,000 files, four columns cannot give the date ZORDER's resolution and the regions theirs at the
+  same time. More files (a smaller target) give every column more levels.
 
 Rewrite speed here, on 828 KB files: lakecluster 1.19 × ZORDER's MB/s, 0.76 × liquid
 clustering's. Per-file and per-commit costs dominate the small-file runs in "Anchors" and "Rewrite
