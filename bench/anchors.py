@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,18 +69,20 @@ def live_files(spark: Any, path: Path) -> int:
     return int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"])
 
 
-def delta_zorder(spark: Any, source: Path, path: Path, target: int) -> float:
+def delta_zorder(spark: Any, source: Path, path: Path, target: int, columns: Sequence[str] = COLUMNS) -> float:
+    """Seconds of ``OPTIMIZE ... ZORDER BY`` on a copy of ``source`` at ``path``."""
     shutil.copytree(source, path)
     spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
     started = time.perf_counter()
-    spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY ({', '.join(COLUMNS)})").collect()
+    spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY ({', '.join(columns)})").collect()
     return time.perf_counter() - started
 
 
-def delta_liquid(spark: Any, source: Path, path: Path, target: int) -> float:
+def delta_liquid(spark: Any, source: Path, path: Path, target: int, columns: Sequence[str] = COLUMNS) -> float:
+    """Seconds of liquid clustering (``CLUSTER BY``, ``OPTIMIZE ... FULL``) on a copy of ``source``."""
     shutil.copytree(source, path)
     spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
-    spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(COLUMNS)})").collect()
+    spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(columns)})").collect()
     started = time.perf_counter()
     spark.sql(f"OPTIMIZE delta.`{path}` FULL").collect()
     return time.perf_counter() - started

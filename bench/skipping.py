@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ sys.path.insert(0, str(REPO))
 from bench.ingest import write_section  # noqa: E402
 from lakecluster.curves import argsort_keys, curve_key  # noqa: E402
 from lakecluster.layout import ClusteringLayout, assign_files, pieces  # noqa: E402
+from lakecluster.schema import ColumnSpec  # noqa: E402
 from lakecluster.sketches import BoundarySketches, ColumnSketch  # noqa: E402
 
 COLUMNS = ("s_city", "c_city", "p_brand")
@@ -143,7 +145,7 @@ def delta_rs_zorder(table: pa.Table, files: int, source: Path, workdir: Path) ->
 
 
 # The compactor never reads the source, but the config of a table not fed by the built-in
-# generator must name another source kind.
+# generator must name another source kind. One group, the whole table.
 COMPACTOR_CONFIG = """
 [source]
 kind = "kafka"
@@ -153,13 +155,10 @@ topics = ["unused"]
 [table]
 path = "{path}"
 partition_by = []
-clustering_columns = ["s_city", "c_city", "p_brand"]
-columns = [
-  {{ name = "s_city", type = "string" }}, {{ name = "c_city", type = "string" }},
-  {{ name = "p_brand", type = "string" }}, {{ name = "lo_revenue", type = "long" }},
-  {{ name = "row_id", type = "long" }},
-]
+clustering_columns = [{clustering}]
+columns = [{columns}]
 [compaction]
+column_weights = {{ {weights} }}
 target_file_bytes = {target}
 min_file_bytes = 1
 max_group_bytes = {max_group}
@@ -168,6 +167,15 @@ min_input_files = 2
 [metrics]
 port = 0
 """
+
+
+def compactor_config(path: Path, columns: Sequence[ColumnSpec], clustering: Sequence[str], target: int,
+                     max_group: int, weights: Mapping[str, float] | None = None) -> str:  # fmt: skip
+    declared = ", ".join(f'{{ name = "{c.name}", type = "{c.type}"' + (", required = true" if c.required else "")
+                         + " }" for c in columns)  # fmt: skip
+    return COMPACTOR_CONFIG.format(path=path, clustering=", ".join(f'"{c}"' for c in clustering), columns=declared,
+                                   weights=", ".join(f"{k} = {v:g}" for k, v in (weights or {}).items()),
+                                   target=target, max_group=max_group)  # fmt: skip
 
 
 def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, workdir: Path) -> tuple[np.ndarray, float]:  # type: ignore[no-untyped-def]
@@ -186,7 +194,9 @@ def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, work
     sketches.delta_version = dt.version()
     SketchStore(str(path)).write(sketches)  # what the stream would have kept up to date
     cfg_file = workdir / "lakecluster.toml"
-    cfg_file.write_text(COMPACTOR_CONFIG.format(path=path, target=max(1, in_bytes // files), max_group=in_bytes * 2))
+    columns = [*(ColumnSpec(c, "string") for c in COLUMNS), ColumnSpec("lo_revenue", "long"),
+               ColumnSpec("row_id", "long")]  # fmt: skip
+    cfg_file.write_text(compactor_config(path, columns, COLUMNS, max(1, in_bytes // files), in_bytes * 2))
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()

@@ -31,8 +31,9 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.anchors import live_files  # noqa: E402
+from bench.anchors import delta_liquid, delta_zorder, live_files  # noqa: E402
 from bench.ingest import write_section  # noqa: E402
+from bench.skipping import compactor_config  # noqa: E402
 from tests.spark_scans import files_scanned  # noqa: E402
 
 # The 13 queries (SSB spec, O'Neil et al.), on the flattened table: joins become columns.
@@ -73,29 +74,6 @@ QUERIES = {
             "GROUP BY d_year, s_city, p_brand1 ORDER BY d_year, s_city, p_brand1",
 }  # fmt: skip
 
-COMPACTOR_CONFIG = """
-[source]
-kind = "kafka"
-[source.kafka]
-bootstrap_servers = "unused:9092"
-topics = ["unused"]
-[table]
-path = "{path}"
-partition_by = []
-clustering_columns = [{clustering}]
-columns = [{columns}]
-[compaction]
-column_weights = {{ {weights} }}
-target_file_bytes = {target}
-min_file_bytes = 1
-max_group_bytes = {max_group}
-max_groups_per_run = 1
-min_input_files = 2
-[metrics]
-port = 0
-"""
-
-
 def batches(rows: int, scale_factor: float, batch_rows: int = 65_536):  # type: ignore[no-untyped-def]
     from lakecluster.ssb import SSB_FULL_COLUMNS
     from lakecluster.stream.generator import GeneratorSettings, generate
@@ -123,23 +101,6 @@ def write_ingested(path: Path, rows: int, files: int, scale_factor: float) -> in
     return int(sum(pa.table(table.get_add_actions(flatten=True))["size_bytes"].to_pylist()))
 
 
-def delta_zorder(spark: Any, source: Path, path: Path, target: int, columns: list[str]) -> float:
-    shutil.copytree(source, path)
-    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
-    started = time.perf_counter()
-    spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY ({', '.join(columns)})").collect()
-    return time.perf_counter() - started
-
-
-def delta_liquid(spark: Any, source: Path, path: Path, target: int, columns: list[str]) -> float:
-    shutil.copytree(source, path)
-    spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
-    spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(columns)})").collect()
-    started = time.perf_counter()
-    spark.sql(f"OPTIMIZE delta.`{path}` FULL").collect()
-    return time.perf_counter() - started
-
-
 def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, columns: list[str], rows: int,
                           scale_factor: float, in_bytes: int, weights: dict[str, float]) -> float:  # fmt: skip
     """One round of the real compactor, after sketches of the clustering columns as the stream keeps them."""
@@ -159,13 +120,8 @@ def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, col
             sketches.sketches[c].update(batch.column(c))
     sketches.delta_version = DeltaTable(str(path)).version()
     SketchStore(str(path)).write(sketches)
-    declared = ", ".join(f'{{ name = "{c.name}", type = "{c.type}"' + (", required = true" if c.required else "")
-                         + " }" for c in SSB_FULL_COLUMNS)  # fmt: skip
     cfg_file = path.parent / "lakecluster.toml"
-    weighted = ", ".join(f"{k} = {v:g}" for k, v in weights.items())
-    cfg_file.write_text(COMPACTOR_CONFIG.format(path=path, clustering=", ".join(f'"{c}"' for c in columns),
-                                                columns=declared, target=target, max_group=in_bytes * 2,
-                                                weights=weighted))  # fmt: skip
+    cfg_file.write_text(compactor_config(path, SSB_FULL_COLUMNS, columns, target, in_bytes * 2, weights))
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()

@@ -104,3 +104,13 @@ def rewrite_partition(path: Path, year: int) -> int:
     )  # fmt: skip
     table.update_incremental()
     return table.version()
+
+
+def checkpoint_and_clean_up(path: Path, keep_from: int = 1) -> int:
+    """A checkpoint at the latest version, then the JSON commits from ``keep_from`` up to it deleted,
+    as Delta's log cleanup does once a checkpoint covers them; returns the version."""
+    table = DeltaTable(str(path))
+    table.create_checkpoint()
+    for version in range(keep_from, table.version()):
+        (path / "_delta_log" / f"{version:020d}.json").unlink()
+    return table.version()

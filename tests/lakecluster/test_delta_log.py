@@ -9,7 +9,7 @@ from deltalake import DeltaTable
 
 from lakecluster.delta_log import NetChanges, TableLog, commit_info, commits_after, log_exists
 from lakecluster.parquet_files import filesystem
-from tests.index.tables import append, batch, rewrite_partition
+from tests.index.tables import append, batch, checkpoint_and_clean_up, rewrite_partition
 
 
 def test_table_log_follows_versions_transactions_and_commit_infos(tmp_path: Path) -> None:
@@ -39,11 +39,7 @@ def test_table_log_reads_the_snapshot_again_after_a_gap(tmp_path: Path) -> None:
     followed = TableLog(str(table), "test")
     for batch_id in (1, 2, 3):
         append(table, batch(50 * batch_id, 50, seed=batch_id), batch_id)
-    dt = DeltaTable(str(table))
-    dt.create_checkpoint()
-    for version in range(2, dt.version()):  # what log cleanup does once a checkpoint covers them
-        (table / "_delta_log" / f"{version:020d}.json").unlink()
-    assert followed.refresh() == dt.version()
+    assert followed.refresh() == checkpoint_and_clean_up(table, keep_from=2)
     assert (followed.full_reads, followed.txn_version) == (2, 3)
     (table / "_delta_log" / f"{0:020d}.json").unlink()  # only the checkpoint tells there is a table now
     assert log_exists(str(table)) and not log_exists(str(tmp_path / "elsewhere"))
