@@ -39,7 +39,8 @@ def test_table_log_reads_the_snapshot_again_after_a_gap(tmp_path: Path) -> None:
     followed = TableLog(str(table), "test")
     for batch_id in (1, 2, 3):
         append(table, batch(50 * batch_id, 50, seed=batch_id), batch_id)
-    assert followed.refresh() == checkpoint_and_clean_up(table, keep_from=2)
+    version = checkpoint_and_clean_up(table, keep_from=2)
+    assert followed.refresh() == version
     assert (followed.full_reads, followed.txn_version) == (2, 3)
     (table / "_delta_log" / f"{0:020d}.json").unlink()  # only the checkpoint tells there is a table now
     assert log_exists(str(table)) and not log_exists(str(tmp_path / "elsewhere"))
