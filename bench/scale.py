@@ -55,26 +55,22 @@ def add_lines(paths: list[str], rng: np.random.Generator, size: int, rows: int) 
     n = len(paths)
 
     def narrow(values: np.ndarray, width: int) -> tuple[list[str], list[str]]:
+        ordered = np.sort(values)
         lo = rng.integers(0, len(values) - width, n)
-        return _strings(np.sort(values)[lo]), _strings(np.sort(values)[lo + width])
+        return _strings(ordered[lo]), _strings(ordered[lo + width])
 
     s_city, c_city, p_brand = narrow(CITIES, 3), narrow(CITIES, 3), narrow(BRANDS, 8)
     key = rng.integers(0, 6_000_000_000, n)
-    fixed_min = {"lo_linenumber": "1", "d_year": "1992", "lo_orderdate": '"1992-01-01"',
-                 "event_time": '"2026-01-01T00:00:00.000Z"', "c_nation": json.dumps(min(NATIONS)),
-                 "s_nation": json.dumps(min(NATIONS)), "c_region": json.dumps(min(REGIONS)),
-                 "s_region": json.dumps(min(REGIONS)), "p_category": json.dumps(min(CATEGORIES)),
-                 "lo_shipmode": json.dumps(min(SHIPMODES)), "lo_quantity": "1", "lo_discount": "0.0",
-                 "lo_revenue": "1.00"}  # fmt: skip
-    fixed_max = {"lo_linenumber": "7", "d_year": "1998", "lo_orderdate": '"1998-12-31"',
-                 "event_time": '"2026-12-31T23:59:59.999Z"', "c_nation": json.dumps(max(NATIONS)),
-                 "s_nation": json.dumps(max(NATIONS)), "c_region": json.dumps(max(REGIONS)),
-                 "s_region": json.dumps(max(REGIONS)), "p_category": json.dumps(max(CATEGORIES)),
-                 "lo_shipmode": json.dumps(max(SHIPMODES)), "lo_quantity": "50", "lo_discount": "0.1",
-                 "lo_revenue": "104949.50"}  # fmt: skip
-    lo_rest = ",".join(f'"{k}":{v}' for k, v in fixed_min.items())
-    hi_rest = ",".join(f'"{k}":{v}' for k, v in fixed_max.items())
-    nulls = ",".join(f'"{c}":0' for c in ["lo_orderkey", "s_city", "c_city", "p_brand", *fixed_min, "is_returned"])
+    # The other columns: every file holds their whole range (JSON text of min and max).
+    wide = {"lo_linenumber": ("1", "7"), "d_year": ("1992", "1998"), "lo_orderdate": ('"1992-01-01"', '"1998-12-31"'),
+            "event_time": ('"2026-01-01T00:00:00.000Z"', '"2026-12-31T23:59:59.999Z"'),
+            **{c: (json.dumps(min(v)), json.dumps(max(v))) for c, v in (
+                ("c_nation", NATIONS), ("s_nation", NATIONS), ("c_region", REGIONS), ("s_region", REGIONS),
+                ("p_category", CATEGORIES), ("lo_shipmode", SHIPMODES))},
+            "lo_quantity": ("1", "50"), "lo_discount": ("0.0", "0.1"), "lo_revenue": ("1.00", "104949.50")}  # fmt: skip
+    lo_rest = ",".join(f'"{k}":{lo}' for k, (lo, _) in wide.items())
+    hi_rest = ",".join(f'"{k}":{hi}' for k, (_, hi) in wide.items())
+    nulls = ",".join(f'"{c}":0' for c in ["lo_orderkey", "s_city", "c_city", "p_brand", *wide, "is_returned"])
     lines = []
     for i, path in enumerate(paths):
         stats = (f'{{"numRecords":{rows},"minValues":{{"lo_orderkey":{key[i]},"s_city":{s_city[0][i]},'
