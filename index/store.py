@@ -302,7 +302,7 @@ class IndexStore:
             groups += len(chosen)
             t = pf.read_row_groups(chosen, columns=wanted)
             t = t.filter(pc.equal(t["column"], column))
-            tables.append(t.append_column("_seq", pa.array(np.full(t.num_rows, seq, dtype=np.int32))))
+            tables.append(_numbered(t, seq))
         return ColumnRead(_latest_of_column(tables, wanted), nbytes, groups)
 
     def read_all(self, *, manifest: Manifest | None = None) -> pa.Table:
@@ -313,8 +313,7 @@ class IndexStore:
     def _read_all(self, manifest: Manifest) -> pa.Table:
         tables = []
         for seq, name in enumerate(manifest.files):
-            t = self._open(name).read()
-            tables.append(t.append_column("_seq", pa.array(np.full(t.num_rows, seq, dtype=np.int32))))
+            tables.append(_numbered(self._open(name).read(), seq))
         return _latest(tables, ROW_SCHEMA.names)
 
     def _retrying(self, read: Callable[[Manifest], _T], manifest: Manifest | None) -> _T:
@@ -373,7 +372,8 @@ class IndexStore:
             return self._merged_or(appended, self.replace(self.read_all(manifest=current), current, based_on=current))
         # The newest ``merge`` segments become one; their tombstones stay (they delete base rows).
         kept, merging = current.segments[: len(sizes) - merge], current.segments[-merge:]
-        rows = _latest([self._numbered(current, name) for name in merging], ROW_SCHEMA.names, keep_deleted=True)
+        rows = _latest([_numbered(self._open(name).read(), current.files.index(name)) for name in merging],
+                       ROW_SCHEMA.names, keep_deleted=True)  # fmt: skip
         merged = self.write(rows, "seg", current.delta_version)
         new = Manifest(**{**asdict(current), "segments": [*kept, merged]})
         return self._merged_or(appended, self.publish(new, based_on=current, started=started))
@@ -387,11 +387,11 @@ class IndexStore:
     def _merged_or(appended: Publication, merged: Publication) -> Publication:
         return merged if merged.published else appended
 
-    def _numbered(self, manifest: Manifest, name: str) -> pa.Table:
-        """A data file's rows with its place in the manifest (newer files win in ``_latest``)."""
-        t = self._open(name).read()
-        seq = manifest.files.index(name)
-        return t.append_column("_seq", pa.array(np.full(t.num_rows, seq, dtype=np.int32)))
+
+
+def _numbered(rows: pa.Table, seq: int) -> pa.Table:
+    """A data file's rows with its place in the manifest (newer files win in ``_latest``)."""
+    return rows.append_column("_seq", pa.array(np.full(rows.num_rows, seq, dtype=np.int32)))
 
 
 def merge_plan(base_rows: int, segment_rows: Sequence[int], max_segments: int) -> int:
@@ -401,8 +401,8 @@ def merge_plan(base_rows: int, segment_rows: Sequence[int], max_segments: int) -
     no more rows than they do together, so sizes grow geometrically towards the base, a row is
     rewritten O(log syncs) times, and about log2(syncs since the last base) segments remain.
     Every segment merges when there are more than ``max_segments``; and into the base too (a
-    rewrite of the whole index, rare: the base grows by half each time) when the segments hold
-    half as many rows as the base.
+    rewrite of the whole index, rare: the segments must first gather that many rows) when the
+    segments hold half as many rows as the base.
     """
     n = len(segment_rows)
     if n == 0:
@@ -445,11 +445,11 @@ def _latest_of_column(tables: list[pa.Table], names: Sequence[str]) -> pa.Table:
     """
     if len(tables) <= 1:
         return _latest(tables, names)
-    newer = _latest(tables[1:], [*names, "_seq"], keep_deleted=True)
+    newer = _latest(tables[1:], names, keep_deleted=True)
     oldest = tables[0]
     oldest = oldest.filter(pc.invert(pc.is_in(oldest["file"], value_set=newer["file"])))
     both = pa.concat_tables([oldest.select(newer.column_names), newer])
-    return both.filter(pc.invert(both["deleted"])).select([n for n in names if n != "_seq"])
+    return both.filter(pc.invert(both["deleted"]))
 
 
 def _latest(tables: list[pa.Table], names: Sequence[str], *, keep_deleted: bool = False) -> pa.Table:
