@@ -224,10 +224,5 @@ def wait_for_version(uri: str, version: int, timeout_s: float) -> DeltaTable:
         time.sleep(0.2)
 
 
-def live_paths(table: DeltaTable) -> list[str]:
-    actions = table.get_add_actions(flatten=True)
-    return pa.table(actions)["path"].to_pylist() if actions.num_rows else []
-
-
 def partition_columns(table: DeltaTable) -> Sequence[str]:
     return list(table.metadata().partition_columns)
