@@ -160,7 +160,7 @@ class StreamSink:
             if spec.build_sketches:
                 self.sketches.merge(merged)
                 self.sketches.stream_batch_id = txn
-                self.sketches.delta_version = self.table.refresh()
+                self.sketches.delta_version = self.table.version
                 self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
                 sketches_at = time.time()
         finally:
@@ -171,7 +171,7 @@ class StreamSink:
         self._report(BatchReport(
             batch_id=batch_id, rows=total.rows if not table_done else 0,
             quarantined=total.quarantined if not quarantine_done else 0, files=files, bytes_written=written,
-            seconds=time.monotonic() - started, table_version=self.table.refresh(), txn_version=txn,
+            seconds=time.monotonic() - started, table_version=self.table.version, txn_version=txn,
             offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
             timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(), sketches_at=sketches_at,
         ))  # fmt: skip
@@ -192,7 +192,7 @@ class StreamSink:
             # Partition columns first: Spark's writer needs that order and would otherwise sort again,
             # losing the curve order inside each file.
             rows = rows.sortWithinPartitions(*self.spec.partition_by, KEY)
-        before = self.table.refresh()
+        before = self.table.version  # brought up to date by _committed, just before
         (rows.select(*[c.name for c in self.config.table.columns]).write.format("delta").mode("append")
          .option("txnAppId", self.start.stream_id).option("txnVersion", txn).option("userMetadata", meta)
          .option("maxRecordsPerFile", self.config.stream.max_records_per_file)
