@@ -159,6 +159,7 @@ clustering_columns = [{clustering}]
 columns = [{columns}]
 [compaction]
 column_weights = {{ {weights} }}
+round_cuts = {round_cuts}
 target_file_bytes = {target}
 min_file_bytes = 1
 max_group_bytes = {max_group}
@@ -170,12 +171,13 @@ port = 0
 
 
 def compactor_config(path: Path, columns: Sequence[ColumnSpec], clustering: Sequence[str], target: int,
-                     max_group: int, weights: Mapping[str, float] | None = None) -> str:  # fmt: skip
+                     max_group: int, weights: Mapping[str, float] | None = None,
+                     round_cuts: bool = True) -> str:  # fmt: skip
     declared = ", ".join(f'{{ name = "{c.name}", type = "{c.type}"' + (", required = true" if c.required else "")
                          + " }" for c in columns)  # fmt: skip
     return COMPACTOR_CONFIG.format(path=path, clustering=", ".join(f'"{c}"' for c in clustering), columns=declared,
                                    weights=", ".join(f"{k} = {v:g}" for k, v in (weights or {}).items()),
-                                   target=target, max_group=max_group)  # fmt: skip
+                                   target=target, max_group=max_group, round_cuts=str(round_cuts).lower())  # fmt: skip
 
 
 def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, workdir: Path) -> tuple[np.ndarray, float]:  # type: ignore[no-untyped-def]

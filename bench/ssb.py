@@ -102,7 +102,8 @@ def write_ingested(path: Path, rows: int, files: int, scale_factor: float) -> in
 
 
 def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, columns: list[str], rows: int,
-                          scale_factor: float, in_bytes: int, weights: dict[str, float]) -> float:  # fmt: skip
+                          scale_factor: float, in_bytes: int, weights: dict[str, float],
+                          round_cuts: bool) -> float:  # fmt: skip
     """One round of the real compactor, after sketches of the clustering columns as the stream keeps them."""
     from deltalake import DeltaTable
 
@@ -121,7 +122,7 @@ def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, col
     sketches.delta_version = DeltaTable(str(path)).version()
     SketchStore(str(path)).write(sketches)
     cfg_file = path.parent / "lakecluster.toml"
-    cfg_file.write_text(compactor_config(path, SSB_FULL_COLUMNS, columns, target, in_bytes * 2, weights))
+    cfg_file.write_text(compactor_config(path, SSB_FULL_COLUMNS, columns, target, in_bytes * 2, weights, round_cuts))
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()
@@ -194,12 +195,14 @@ def render(command: str, layouts: list[tuple[str, int, float | None, dict]], arg
     facts += "| rewrite MB/s | " + " | ".join(
         "" if s is None else f"{in_bytes / 1e6 / s:.2f}" for _, _, s, _ in layouts) + " |\n"  # fmt: skip
     totals = {label: sum(v[0] for v in result.values()) for label, _, _, result in layouts}
-    mine = layouts[-1][3]
-    fewest = sum(all(mine[q][0] <= lay[3][q][0] for lay in layouts[:-1]) for q in QUERIES)
-    summary = (f"\nlakecluster reads the fewest files on {fewest} of the {len(QUERIES)} queries; in total "
-               f"{totals[layouts[-1][0]] / totals['Delta ZORDER']:.2f} × Delta ZORDER's files and "
-               f"{totals[layouts[-1][0]] / totals['Delta liquid']:.2f} × liquid clustering's (goal: the fewest on "
-               "every query, at most 0.5 × ZORDER's in total).\n" + READING)
+    others = [lay for lay in layouts if "lakecluster" not in lay[0]]
+    summary = "\n"
+    for label, _, _, mine in (lay for lay in layouts if "lakecluster" in lay[0]):
+        fewest = sum(all(mine[q][0] <= lay[3][q][0] for lay in others) for q in QUERIES)
+        summary += (f"{label.strip('*')} reads the fewest files on {fewest} of the {len(QUERIES)} queries; in total "
+                    f"{totals[label] / totals['Delta ZORDER']:.2f} × Delta ZORDER's files and "
+                    f"{totals[label] / totals['Delta liquid']:.2f} × liquid clustering's.\n")
+    summary += "Goal: the fewest on every query, at most 0.5 × ZORDER's in total.\n" + READING
     return (f"## SSB: the 13 Star Schema Benchmark queries on four layouts\n\n`{command}` — {rows:,} rows of the "
             f"flattened SSB table (scale factor {args.scale_factor:g}, {len(SSB_FULL_COLUMNS)} columns, "
             f"{in_bytes / 1e6:,.0f} MB of Parquet), written in generator order as {args.files} files, then "
@@ -217,14 +220,17 @@ def main() -> None:
     p.add_argument("--columns", nargs="+", default=["lo_orderdate", "s_region", "c_region", "p_brand1"])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--weights", nargs="*", default=[], metavar="COLUMN=WEIGHT",
-                   help="lakecluster's compaction.column_weights (default: equal)")
-    p.add_argument("--only-lakecluster", action="store_true", help="skip the Delta layouts (a weights trial)")
+                   help="also a lakecluster layout with these compaction.column_weights")
+    p.add_argument("--equal-depth", action="store_true",
+                   help="also a lakecluster layout with compaction.round_cuts = false")
+    p.add_argument("--only-lakecluster", action="store_true", help="skip the Delta layouts (a trial)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     weights = {k: float(v) for k, v in (w.split("=", 1) for w in args.weights)}
     command = (f"python bench/ssb.py --scale-factor {args.scale_factor:g} --files {args.files} "
                f"--columns {' '.join(args.columns)} --runs {args.runs}"
-               + (f" --weights {' '.join(args.weights)}" if args.weights else ""))  # fmt: skip
+               + (f" --weights {' '.join(args.weights)}" if args.weights else "")
+               + (" --equal-depth" if args.equal_depth else ""))  # fmt: skip
 
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
@@ -247,11 +253,17 @@ def main() -> None:
             seconds = method(spark, source, path, target, args.columns)
             print(f"{label}: {seconds:.0f} s", flush=True)
             layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
-        path = work / "lakecluster" / "table"
-        seconds = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
-                                        in_bytes, weights)  # fmt: skip
-        print(f"lakecluster: {seconds:.0f} s", flush=True)
-        layouts.append(("**lakecluster**", live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
+        variants = [("lakecluster, equal-depth cuts", {}, False)] if args.equal_depth else []
+        variants.append(("**lakecluster**", {}, True))
+        if weights:
+            variants.append(("**lakecluster, weighted**", weights, True))
+        for i, (label, column_weights, round_cuts) in enumerate(variants):
+            path = work / f"lakecluster-{i}" / "table"
+            seconds = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
+                                            in_bytes, column_weights, round_cuts)  # fmt: skip
+            print(f"{label}: {seconds:.0f} s", flush=True)
+            layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
+            shutil.rmtree(path.parent)
     for q in QUERIES:  # the layouts hold the same rows: every query answers the same (sums are decimals: exact)
         answers = {label: sorted(map(repr, result[q][2])) for label, _, _, result in layouts}
         assert all(a == answers["as ingested"] for a in answers.values()), f"{q}: the layouts answer differently"

@@ -263,6 +263,7 @@ class Compactor:
         layout = ClusteringLayout.build(
             sketches, self.config.table.clustering_columns, curve=cfg.curve, target_cells=n_out,
             k=self.config.sketches.boundaries, weights=cfg.weights(),
+            column_types=self.config.table.clustering_types(), round_cuts=cfg.round_cuts,
         )  # fmt: skip
         run_id = uuid.uuid4().hex[:12]
         spec = RewriteSpec(self.spec.uri, self.config.table.columns, self.spec.partition_by, layout,

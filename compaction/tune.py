@@ -75,7 +75,8 @@ def predict(config: Config, cfg: CompactionConfig, files: Sequence[DataFile], ac
     for group in the_plan.groups:
         n_out = group.expected_files(cfg.target_file_bytes)
         layout = ClusteringLayout.build(sketches, columns, curve=cfg.curve, target_cells=n_out, k=k,
-                                        weights=cfg.weights())  # fmt: skip
+                                        weights=cfg.weights(), column_types=config.table.clustering_types(),
+                                        round_cuts=cfg.round_cuts)  # fmt: skip
         for c, levels in zip(columns, layout.levels, strict=True):
             depth[c] += max(1.0, n_out / max(levels, 1))
         files_after += n_out

@@ -3,12 +3,14 @@
 A row's sort key has two parts, both curve keys over coordinates taken from the boundary
 sketches (never raw values):
 
-* the **cell**: each clustering column cut into ``levels`` equal-depth ranges; the cells are
-  ordered along the curve. Levels are chosen per column (``choose_levels``) so that the number of
-  cells is about the number of output files and every column gets its share of the resolution:
-  with equal bits a column of 250 distinct values is starved by one of 1000. An output
-  file holds whole cells, so a point query on column *i* reads about ``files / levels[i]`` files;
-  with equal levels that is the bound ``N^((d-1)/d)``.
+* the **cell**: each clustering column cut into ``levels`` ranges of about equal depth, each cut
+  moved to the roundest value nearby (``cuts``: a year start, a multiple of 1000, a short string
+  prefix), so queries on such units read whole levels; the cells are ordered along the curve.
+  Levels are chosen per column (``choose_levels``) so that the number of cells is about the
+  number of output files and every column gets its share of the resolution: with equal bits a
+  column of 250 distinct values is starved by one of 1000. An output file holds whole cells,
+  so a point query on column *i* reads about ``files / levels[i]`` files; with equal levels
+  that is the bound ``N^((d-1)/d)``.
 * the **fine key**: the curve over full-resolution ranks, ordering rows inside a cell (narrow row
   groups, and the cut points when one cell is larger than a file).
 
@@ -25,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from lakecluster.curves import Curve, bits_for, curve_key
+from lakecluster.cuts import Unit, level_cuts, unit_of
 from lakecluster.sketches import Boundaries, BoundarySketches
 
 
@@ -70,6 +73,8 @@ class ClusteringLayout:
     columns: tuple[str, ...]
     boundaries: tuple[Boundaries, ...]
     levels: tuple[int, ...]
+    # Per column, the ranks at which its levels 1, 2, ... start (at most ``levels - 1``).
+    level_starts: tuple[np.ndarray, ...]
 
     @classmethod
     def build(
@@ -81,11 +86,30 @@ class ClusteringLayout:
         target_cells: float,
         k: int = 1024,
         weights: Mapping[str, float] | None = None,
+        column_types: Mapping[str, str] | None = None,
+        round_cuts: bool = True,
     ) -> ClusteringLayout:
-        bounds = tuple(sketches.boundaries(c, k) for c in columns)
+        """The layout of ``columns`` for about ``target_cells`` cells.
+
+        ``column_types`` are the declared types (``lakecluster.schema``): a date or timestamp column
+        is cut at calendar starts (``cuts.unit_of``). ``round_cuts=False`` keeps the cuts at equal
+        depth.
+        """
+        bounds = [sketches.boundaries(c, k) for c in columns]
         caps = [max(len(b), 1) for b in bounds]
         w = [float((weights or {}).get(c, 1.0)) for c in columns]
-        return cls(curve, tuple(columns), bounds, choose_levels(target_cells, caps, w))
+        levels = choose_levels(target_cells, caps, w)
+        starts = []
+        for i, (column, b, lv) in enumerate(zip(columns, bounds, levels, strict=True)):
+            if round_cuts and lv > 1 and len(b) > 1:
+                unit: Unit = "string" if b.kind == "string" else unit_of((column_types or {}).get(column, "double"))
+                cuts = level_cuts(b.edges, b.fractions(), lv, unit)
+                bounds[i] = b.including(cuts)
+                starts.append(np.searchsorted(bounds[i].edges, cuts).astype(np.int64))
+            else:
+                equal_depth = b.level_of(np.arange(len(b)), lv)
+                starts.append(np.flatnonzero(np.diff(equal_depth)).astype(np.int64) + 1)
+        return cls(curve, tuple(columns), tuple(bounds), levels, tuple(starts))
 
     @property
     def cells(self) -> int:
@@ -95,7 +119,7 @@ class ClusteringLayout:
         return [b.ranks(table[c]) for c, b in zip(self.columns, self.boundaries, strict=True)]
 
     def cell_key(self, ranks: Sequence[np.ndarray]) -> np.ndarray:
-        coords = [b.level_of(r, lv) for r, b, lv in zip(ranks, self.boundaries, self.levels, strict=True)]
+        coords = [np.searchsorted(s, r, side="right") for r, s in zip(ranks, self.level_starts, strict=True)]
         return curve_key(self.curve, coords, [bits_for(lv) for lv in self.levels])
 
     def fine_key(self, ranks: Sequence[np.ndarray]) -> np.ndarray:

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakecluster.cuts import Unit, mass_below
 from lakecluster.errors import SketchStoreError
 from lakecluster.schema import ColumnSpec
 
@@ -539,13 +540,29 @@ class Boundaries:
     starts: np.ndarray | None = None
     max_string_chars: int | None = None
 
-    def _starts(self) -> np.ndarray:
+    def fractions(self) -> np.ndarray:
+        """Fraction of the column's rows below each edge."""
         n = len(self.edges)
         return self.starts if self.starts is not None else np.arange(n, dtype=np.float64) / max(n, 1)
 
+    def including(self, values: np.ndarray) -> Boundaries:
+        """These boundaries with ``values`` added as edges, so that ranks also split at them.
+
+        The rows below an added edge are estimated from its neighbours (``cuts.mass_below``).
+        """
+        values = np.asarray(values, dtype=self.edges.dtype)
+        new = np.setdiff1d(values, self.edges)
+        if len(new) == 0:
+            return self
+        unit: Unit = "string" if self.kind == "string" else "number"
+        edges = np.concatenate([self.edges, new])
+        fractions = np.concatenate([self.fractions(), mass_below(self.edges, self.fractions(), new, unit)])
+        order = np.argsort(edges, kind="stable")
+        return replace(self, edges=edges[order], starts=np.maximum.accumulate(fractions[order]))
+
     def mass(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Fraction of the column's rows with ranks ``lo..hi`` (inclusive)."""
-        ends = np.append(self._starts(), 1.0)
+        ends = np.append(self.fractions(), 1.0)
         return ends[np.asarray(hi) + 1] - ends[np.asarray(lo)]
 
     def __len__(self) -> int:
@@ -581,7 +598,7 @@ class Boundaries:
         """Equal-depth level ``0..levels-1`` of each rank."""
         if len(self.edges) == 0:
             return np.zeros(len(ranks), dtype=np.int64)
-        bounds = np.append(self._starts(), 1.0)
+        bounds = np.append(self.fractions(), 1.0)
         middle = (bounds[:-1] + bounds[1:]) / 2
         return np.clip((middle[ranks] * levels).astype(np.int64), 0, levels - 1)
 

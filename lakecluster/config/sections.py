@@ -79,6 +79,10 @@ class TableConfig:
     def column(self, name: str) -> ColumnSpec:
         return next(c for c in self.columns if c.name == name)
 
+    def clustering_types(self) -> dict[str, str]:
+        """Declared type of each clustering column."""
+        return {c: self.column(c).type for c in self.clustering_columns}
+
 
 @dataclass(frozen=True)
 class RecordsConfig:
@@ -120,6 +124,7 @@ class CompactionConfig:
 
     curve: Literal["hilbert", "zorder"] = "hilbert"
     column_weights: Mapping[str, str] = field(default_factory=dict)
+    round_cuts: bool = True
     interval_s: float = 60.0
     target_file_bytes: int = 128 << 20
     min_file_bytes: int = 32 << 20

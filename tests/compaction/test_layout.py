@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from lakecluster.compaction.planner import file_run
@@ -59,3 +60,30 @@ def test_equal_depth_levels_split_rows_evenly_for_a_skewed_column() -> None:
     counts = np.bincount(b.level_of(b.ranks(values), 4), minlength=4)
     # value 1 alone holds ~38% of the rows: it is one level; the rest split the remainder
     assert counts.max() < 0.5 * len(values) and (counts > 0).sum() >= 3
+
+
+def _dates_table(rows: int = 200_000) -> pa.Table:
+    days = np.random.default_rng(3).integers(np.datetime64("1992-01-01").astype(np.int64),
+                                             np.datetime64("1998-08-03").astype(np.int64), rows)  # fmt: skip
+    yyyymmdd = np.char.replace(np.datetime_as_string(days.astype("M8[D]")), "-", "").astype(np.int64)
+    return pa.table({"d": pa.array(days.astype(np.int32), pa.date32()), "ymd": yyyymmdd})
+
+
+def _levels_of_each_year(layout: ClusteringLayout, table: pa.Table, column: str) -> dict[int, set[int]]:
+    level = layout.cell_key(layout.ranks(table.select([column])))[:, -1]
+    years = pc.year(table["d"]).to_numpy()
+    return {int(y): set(np.unique(level[years == y]).tolist()) for y in np.unique(years)}
+
+
+@pytest.mark.parametrize(("column", "kind", "types"), [("ymd", "numeric", {}), ("d", "numeric", {"d": "date"})])
+def test_round_cuts_give_each_year_its_own_levels(column: str, kind: str, types: dict[str, str]) -> None:
+    table = _dates_table()
+    sketch = ColumnSketch(kind, k=400)  # type: ignore[arg-type]
+    sketch.update(table[column])
+    sketches = BoundarySketches({column: sketch})
+    layout = ClusteringLayout.build(sketches, [column], curve="hilbert", target_cells=7, column_types=types)
+    by_year = _levels_of_each_year(layout, table, column)
+    assert [len(levels) for levels in by_year.values()] == [1] * 7
+    assert len(set().union(*by_year.values())) == 7  # no level holds two years: a year query reads one level
+    equal = ClusteringLayout.build(sketches, [column], curve="hilbert", target_cells=7, round_cuts=False)
+    assert sum(len(levels) > 1 for levels in _levels_of_each_year(equal, table, column).values()) >= 5
