@@ -97,22 +97,48 @@ def stage_seconds(event_dir: Path, since_ms: float, until_ms: float) -> dict[str
     return out
 
 
-def profile_compactor(spark: Any, table: Any, files: int, source: Path, work: Path, event_dir: Path):  # type: ignore[no-untyped-def]
-    from lakecluster.compaction import loop
+def profile_compactor(spark: Any, table: Any, files: int, source: Path, work: Path, event_dir: Path,
+                      engine: str) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """One compactor round (``engine``: local or spark) and its seconds by phase."""
+    from lakecluster.compaction import loop, rewrite_local
+    from lakecluster.layout import ClusteringLayout
 
     timer = PhaseTimer()
-    timer.wrap(loop.Compactor, "plan", "plan the round (Delta log via delta-rs)")
+    timer.wrap(loop.Compactor, "plan", "plan the round (Delta log)")
     timer.wrap(loop.Compactor, "_rewrite", "rewrite")
     timer.wrap(loop, "commit_rewrite", "commit (Delta transaction, post-commit snapshot)")
     timer.wrap(loop.Compactor, "sync_index", "column-stats index sync")
+    if engine == "local":
+        timer.wrap(rewrite_local, "read_local", "read the group (pyarrow, all columns)")
+        timer.wrap(ClusteringLayout, "keys", "cell and sort keys (numpy)")
     since = time.time() * 1000
     try:
-        _, seconds = lakecluster_compactor(spark, table, files, source, work)
+        _, total = lakecluster_compactor(spark, table, files, source, work / engine, engine)
     finally:
         timer.remove()
     until = time.time() * 1000
-    time.sleep(1)  # the event log is flushed by a listener thread
-    return seconds, timer.seconds, stage_seconds(event_dir, since, until)
+    phases = dict(timer.seconds)
+    rewrite = phases.pop("rewrite", 0.0)
+    accounted = sum(phases.values()) + rewrite
+    if engine == "local":
+        inside = phases["read the group (pyarrow, all columns)"] + phases["cell and sort keys (numpy)"]
+        phases["sort rows by key, write Parquet files (pyarrow, 2 threads)"] = max(0.0, rewrite - inside)
+    else:
+        time.sleep(1)  # the event log is flushed by a listener thread
+        stages = stage_seconds(event_dir, since, until)
+        phases.update(stages)
+        phases["rewrite: driver work between Spark stages (planning files, py4j)"] = max(
+            0.0, rewrite - sum(stages.values()))  # fmt: skip
+    phases["rest of the round (sketches, ranges, metrics)"] = max(0.0, total - accounted)
+    return total, phases
+
+
+METHODS = (
+    ("delta-rs optimize.z_order", "delta-rs"),
+    ("Delta OPTIMIZE ZORDER BY", "delta"),
+    ("lakecluster compactor, default: rewrite in its own process (commit and index sync included)", "local"),
+    ("lakecluster compactor, rewrite by Spark (`local_rewrite_max_bytes = 0`)", "spark"),
+)
 
 
 def main() -> None:
@@ -134,12 +160,13 @@ def main() -> None:
     }))  # fmt: skip
     table = make_table(args.rows, zipf=False)
     best: dict[str, float] = {}
-    profile: tuple[float, dict[str, float], dict[str, float]] | None = None
+    profiles: dict[str, tuple[float, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         small = make_table(20_000, False)
         write_random_files(small, 20, work / "warm" / "random")
-        lakecluster_compactor(spark, small, 20, work / "warm" / "random", work / "warm")  # JVM, workers warm
+        for engine in ("local", "spark"):  # JVM, workers warm
+            lakecluster_compactor(spark, small, 20, work / "warm" / "random", work / "warm" / engine, engine)
         delta_zorder(spark, work / "warm" / "random", work / "warm" / "delta", 10_000)
         source = work / "random"
         in_bytes = write_random_files(table, args.files, source)
@@ -149,42 +176,37 @@ def main() -> None:
         for r in range(args.rounds):
             round_dir = work / f"round{r}"
             round_dir.mkdir()
-            _, z = delta_rs_zorder(table, args.files, source, round_dir)
-            d = delta_zorder(spark, source, round_dir / "delta", target)
-            run = profile_compactor(spark, table, args.files, source, round_dir, event_dir)
-            for label, seconds in (("delta-rs", z), ("delta", d), ("lakecluster", run[0])):
-                best[label] = min(best.get(label, seconds), seconds)
-            if profile is None or run[0] < profile[0]:
-                profile = run
-            print(f"round {r + 1}: delta-rs {z:.1f} s, Delta ZORDER {d:.1f} s, lakecluster {run[0]:.1f} s", flush=True)
+            seconds = {"delta-rs": delta_rs_zorder(table, args.files, source, round_dir)[1],
+                       "delta": delta_zorder(spark, source, round_dir / "delta", target)}  # fmt: skip
+            for engine in ("local", "spark"):
+                run = profile_compactor(spark, table, args.files, source, round_dir, event_dir, engine)
+                seconds[engine] = run[0]
+                if engine not in profiles or run[0] < profiles[engine][0]:
+                    profiles[engine] = run
+            for key, value in seconds.items():
+                best[key] = min(best.get(key, value), value)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()), flush=True)
             shutil.rmtree(round_dir)
     shutil.rmtree(event_dir, ignore_errors=True)
-    assert profile is not None
 
     mb = in_bytes / 1e6
-    total, driver, stages = profile
-    rewrite = driver.pop("rewrite", 0.0)
-    phases = [*driver.items(), *stages.items()]
-    accounted = sum(driver.values()) + rewrite
-    phases.append(("rewrite: driver work between Spark stages (planning files, py4j)",
-                   max(0.0, rewrite - sum(stages.values()))))  # fmt: skip
-    phases.append(("rest of the round (sketches, ranges, metrics)", max(0.0, total - accounted)))
     command = f"python bench/rewrite_profile.py --rows {args.rows} --files {args.files} --rounds {args.rounds}"
     out = [
         "## Rewrite profile: where a compaction round's time goes\n\n",
         f"`{command}` — {args.rows:,} SSB-like rows in {args.files} random files ({mb:.1f} MB, a Delta checkpoint "
         f"as a streamed table has), rewritten to about {args.files} files by each method on its own copy, warm, "
         f"Spark local[2] on 2 cores; fastest of {args.rounds} alternating rounds.\n\n",
-        "| method | seconds | MB/s | rate vs lakecluster |\n|---|---:|---:|---:|\n",
+        "| method | seconds | MB/s | rate vs delta-rs |\n|---|---:|---:|---:|\n",
     ]
-    methods = (("delta-rs optimize.z_order", "delta-rs"), ("Delta OPTIMIZE ZORDER BY", "delta"),
-               ("lakecluster compactor (one round, commit and index sync included)", "lakecluster"))
-    for label, key in methods:
-        out.append(f"| {label} | {best[key]:.1f} | {mb / best[key]:.2f} | {best['lakecluster'] / best[key]:.2f} |\n")
-    out.append(f"\nlakecluster's fastest round ({total:.1f} s), by phase:\n\n| phase | seconds | share |\n"
-               "|---|---:|---:|\n")  # fmt: skip
-    for label, seconds in sorted(phases, key=lambda kv: -kv[1]):
-        out.append(f"| {label} | {seconds:.2f} | {seconds / total:.0%} |\n")
+    for label, key in METHODS:
+        out.append(f"| {label} | {best[key]:.1f} | {mb / best[key]:.2f} | {best['delta-rs'] / best[key]:.2f} |\n")
+    for engine, title in (("local", "in its own process (the default for groups up to 128 MiB)"),
+                          ("spark", "by Spark")):  # fmt: skip
+        total, phases = profiles[engine]
+        out.append(f"\nlakecluster's fastest round with the rewrite {title} ({total:.1f} s), by phase:\n\n"
+                   "| phase | seconds | share |\n|---|---:|---:|\n")  # fmt: skip
+        for label, value in sorted(phases.items(), key=lambda kv: -kv[1]):
+            out.append(f"| {label} | {value:.2f} | {value / total:.0%} |\n")
     section = "".join(out) + NOTES
     print(section)
     if not args.no_write:

@@ -30,8 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.ingest import write_section  # noqa: E402
+from lakecluster.compaction.rewrite_local import file_slices  # noqa: E402
 from lakecluster.curves import argsort_keys, curve_key  # noqa: E402
-from lakecluster.layout import ClusteringLayout, assign_files, pieces  # noqa: E402
+from lakecluster.layout import ClusteringLayout  # noqa: E402
 from lakecluster.schema import ColumnSpec  # noqa: E402
 from lakecluster.sketches import BoundarySketches, ColumnSketch  # noqa: E402
 
@@ -89,20 +90,11 @@ def lakecluster_layout(table: pa.Table, files: int, curve: str = "hilbert") -> t
     layout = ClusteringLayout.build(sketches_of(table), COLUMNS, curve=curve, target_cells=files)  # type: ignore[arg-type]
     cell, key = layout.keys(table)
     order = argsort_keys(key)
-    n = table.num_rows
     cells = np.ascontiguousarray(cell[order]).view(f"S{cell.shape[1]}").ravel()
-    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
-    counts = np.diff(np.r_[starts, n])
-    target = n // files
-    assignment = np.repeat(assign_files(counts.tolist(), target), counts)
-    file_sorted = np.empty(n, dtype=np.int64)
-    bounds = np.flatnonzero(np.r_[True, assignment[1:] != assignment[:-1]])
-    next_id = 0
-    for b, e in zip(bounds, np.r_[bounds[1:], n], strict=True):
-        k = pieces(int(e - b), target)
-        file_sorted[b:e] = next_id + (np.arange(e - b) * k) // (e - b)
-        next_id += k
-    file_of_row = np.empty(n, dtype=np.int64)
+    file_sorted = np.empty(table.num_rows, dtype=np.int64)
+    for i, (start, stop) in enumerate(file_slices(cells, files)):
+        file_sorted[start:stop] = i
+    file_of_row = np.empty(table.num_rows, dtype=np.int64)
     file_of_row[order] = file_sorted
     return file_of_row, time.perf_counter() - started
 
@@ -160,6 +152,7 @@ columns = [{columns}]
 [compaction]
 column_weights = {{ {weights} }}
 round_cuts = {round_cuts}
+local_rewrite_max_bytes = {local_max}
 target_file_bytes = {target}
 min_file_bytes = 1
 max_group_bytes = {max_group}
@@ -172,16 +165,19 @@ port = 0
 
 def compactor_config(path: Path, columns: Sequence[ColumnSpec], clustering: Sequence[str], target: int,
                      max_group: int, weights: Mapping[str, float] | None = None,
-                     round_cuts: bool = True) -> str:  # fmt: skip
+                     round_cuts: bool = True, local_max: int = 128 << 20) -> str:  # fmt: skip
     declared = ", ".join(f'{{ name = "{c.name}", type = "{c.type}"' + (", required = true" if c.required else "")
                          + " }" for c in columns)  # fmt: skip
     return COMPACTOR_CONFIG.format(path=path, clustering=", ".join(f'"{c}"' for c in clustering), columns=declared,
                                    weights=", ".join(f"{k} = {v:g}" for k, v in (weights or {}).items()),
-                                   target=target, max_group=max_group, round_cuts=str(round_cuts).lower())  # fmt: skip
+                                   target=target, max_group=max_group, round_cuts=str(round_cuts).lower(),
+                                   local_max=local_max)  # fmt: skip
 
 
-def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, workdir: Path) -> tuple[np.ndarray, float]:  # type: ignore[no-untyped-def]
-    """The real compactor (Spark read, key, shuffle, sort, parquet write, Delta commit) on a copy."""
+def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, workdir: Path,  # type: ignore[no-untyped-def]
+                          engine: str = "local") -> tuple[np.ndarray, float]:  # fmt: skip
+    """The real compactor (read, key, sort, parquet write, Delta commit) on a copy; ``engine``: the
+    default rewrite (``local``: in the compactor's process for groups up to 128 MiB) or always Spark."""
     from deltalake import DeltaTable
 
     from lakecluster.compaction.loop import Compactor
@@ -198,7 +194,8 @@ def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, work
     cfg_file = workdir / "lakecluster.toml"
     columns = [*(ColumnSpec(c, "string") for c in COLUMNS), ColumnSpec("lo_revenue", "long"),
                ColumnSpec("row_id", "long")]  # fmt: skip
-    cfg_file.write_text(compactor_config(path, columns, COLUMNS, max(1, in_bytes // files), in_bytes * 2))
+    cfg_file.write_text(compactor_config(path, columns, COLUMNS, max(1, in_bytes // files), in_bytes * 2,
+                                         local_max=(128 << 20) if engine == "local" else 0))  # fmt: skip
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()

@@ -30,6 +30,7 @@ from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, clustering_depth, plan_live
 from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
+from lakecluster.compaction.rewrite_local import RewriteStopped, rewrite_local
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.delta_log import log_exists
@@ -45,6 +46,7 @@ from lakecluster.health import HEALTH
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout
+from lakecluster.parquet_files import WrittenFile
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
@@ -144,12 +146,13 @@ class Compactor:
         while self._busy.is_set() and (left := deadline - time.monotonic()) > 0:
             time.sleep(min(0.05, left))
         group = self._job_group
-        if self._busy.is_set() and group is not None and self._spark is not None:
+        if self._busy.is_set():
             log.warning("stop: cancelling the rewrite in flight (nothing of it is committed)")
             # Set before cancelling: a job submitted after cancelJobGroup is not cancelled, so the
             # rewrite checks this flag when it returns and abandons its (then orphaned) files.
             self._cancelled.set()
-            self._spark.sparkContext.cancelJobGroup(group)
+            if group is not None and self._spark is not None:
+                self._spark.sparkContext.cancelJobGroup(group)
 
     @property
     def stopping(self) -> bool:
@@ -281,6 +284,7 @@ class Compactor:
             "operation": "compaction", "curve": cfg.curve, "columns": ",".join(layout.columns),
             "levels": ",".join(map(str, layout.levels)), "boundary_version": str(sketches.delta_version),
             "generation": str(group.generation), "run": run_id, "reason": group.reason,
+            "rewrite": "local" if self._local(group) else "spark",
         }  # fmt: skip
         metrics.COMPACTION_COMMIT_ATTEMPTS.inc()
         try:
@@ -310,23 +314,40 @@ class Compactor:
         )  # fmt: skip
         return GroupResult(group, "committed", len(written), bytes_out, seconds, result.version, before, after)
 
-    def _rewrite(self, group: Group, spec: RewriteSpec) -> list:  # type: ignore[type-arg]
+    def _local(self, group: Group) -> bool:
+        """Whether ``group`` is rewritten in this process rather than by Spark."""
+        return group.bytes <= self.config.compaction.local_rewrite_max_bytes
+
+    def _rewrite(self, group: Group, spec: RewriteSpec) -> list[WrittenFile]:
+        if self._local(group):
+            self._busy.set()
+            try:
+                written = rewrite_local(group, spec, stop=self._cancelled)
+            except RewriteStopped:
+                raise _Stopped from None
+            finally:
+                self._busy.clear()
+        else:
+            written = self._rewrite_with_spark(group, spec)
+        if self._cancelled.is_set():
+            raise _Stopped
+        return written
+
+    def _rewrite_with_spark(self, group: Group, spec: RewriteSpec) -> list[WrittenFile]:
         sc = self.spark.sparkContext
         self._job_group = f"lakecluster-compact-{uuid.uuid4().hex[:8]}"
         sc.setJobGroup(self._job_group, f"rewrite {len(group.files)} files", interruptOnCancel=True)
         self._busy.set()
         try:
-            written = rewrite(self.spark, group, spec)
+            return rewrite(self.spark, group, spec)
         except Exception as e:
             if self.stopping and ("cancel" in str(e).lower() or "interrupt" in str(e).lower()):
                 raise _Stopped from None
             raise
         finally:
             self._busy.clear()
+            self._job_group = None
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        if self._cancelled.is_set():
-            raise _Stopped
-        return written
 
     def _scanned(self, actions: pa.Table, paths: list[str], sketches: BoundarySketches) -> float:
         cols = self.config.table.clustering_columns

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +35,7 @@ from lakecluster.schema import ColumnSpec, arrow_schema, spark_ddl
 from lakecluster.storage import filesystem
 from lakecluster.uris import normalize
 
+_GLOB = re.compile(r"([\\\[\]{}*?])")
 CELL, KEY, FILE = "_lc_cell", "_lc_key", "_lc_file"
 OUTPUT_DDL = "path string, size bigint, num_records bigint, partition_values string, stats string"
 _OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
@@ -104,7 +107,7 @@ def _write_task(
                     name = f"part-{spec.file_prefix}-{token}-c{n:05d}.snappy.parquet"
                     n += 1
                     writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name),
-                                        _data_schema(schema, spec.partition_by), partition)  # fmt: skip
+                                        data_schema(schema, spec.partition_by), partition)  # fmt: skip
                     current = (fid, piece)
                 next_cut = next((c for c in cuts if c > row), None)
                 stop = int(end) if next_cut is None else min(int(end), int(start) + next_cut - pos)
@@ -118,7 +121,7 @@ def _write_task(
     yield pa.RecordBatch.from_pylist(rows, schema=_OUTPUT_SCHEMA)
 
 
-def _data_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
+def data_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
     """Data files hold the non-partition columns (Delta keeps partition values in the log)."""
     return pa.schema([f for f in schema if f.name not in partition_by])
 
@@ -132,8 +135,11 @@ def _data_columns(piece: pa.Table, schema: pa.Schema, partition_by: Sequence[str
 def read_group(spark: SparkSession, table_uri: str, columns: Sequence[ColumnSpec],
                partition_by: Sequence[str], paths: Sequence[str]) -> DataFrame:  # fmt: skip
     base = normalize(table_uri)
-    data_columns = tuple(c for c in columns if c.name not in partition_by)
-    return spark.read.schema(spark_ddl(data_columns)).parquet(*[f"{base}/{p}" for p in paths])
+    stored = tuple(c for c in columns if c.name not in partition_by)
+    # Add paths are URIs (a partition directory "s=a b" is logged as "s=a%20b"), and Spark takes
+    # the paths it is given as glob patterns: decode, then escape the pattern characters.
+    files = [_GLOB.sub(r"\\\1", f"{base}/{unquote(p)}") for p in paths]
+    return spark.read.schema(spark_ddl(stored)).parquet(*files)
 
 
 def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[WrittenFile]:

@@ -129,6 +129,7 @@ class CompactionConfig:
     target_file_bytes: int = 128 << 20
     min_file_bytes: int = 32 << 20
     max_group_bytes: int = 1 << 30
+    local_rewrite_max_bytes: int = 128 << 20
     max_groups_per_run: int = 8
     min_input_files: int = 4
     merge_fanout: int = 4

@@ -155,6 +155,8 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         raise ConfigError("compaction.min_file_bytes", "must be <= compaction.target_file_bytes")
     if c.max_group_bytes < c.target_file_bytes:
         raise ConfigError("compaction.max_group_bytes", "must be >= compaction.target_file_bytes")
+    if c.local_rewrite_max_bytes < 0:
+        raise ConfigError("compaction.local_rewrite_max_bytes", f"must be >= 0, got {c.local_rewrite_max_bytes}")
     if c.merge_fanout < 2:
         raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
 

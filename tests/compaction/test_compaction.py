@@ -11,15 +11,20 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
+from lakecluster.compaction.rewrite_local import rewrite_local
 from lakecluster.config import Config, load_config
 from lakecluster.errors import CompactionConflictError, NoBoundariesError
 from lakecluster.layout import ClusteringLayout
+from lakecluster.sketch_store import SketchStore
+from lakecluster.sketches import BoundarySketches
+from lakecluster.stream.generator import GeneratorSettings, generate
 from lakecluster.stream.job import StreamJob
 from lakecluster.table import parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
@@ -38,6 +43,11 @@ SMALL = {
     "stream.progress": "false",
     "stream.trigger_interval_s": "0",
 }
+
+
+# The two rewrite engines: in the compactor's process (small groups, the default for these tests'
+# tables) and Spark (every group above compaction.local_rewrite_max_bytes).
+ENGINES = {"local": {}, "spark": {"compaction.local_rewrite_max_bytes": "0"}}
 
 
 def generator_config(table: Path, rows: int, per_batch: int, **extra: str) -> Config:
@@ -71,9 +81,10 @@ def removed_paths(table: Path) -> list[str]:
     return out
 
 
-def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("engine", ENGINES)
+def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    config = generator_config(table, rows=24_000, per_batch=6_000)
+    config = generator_config(table, rows=24_000, per_batch=6_000, **ENGINES[engine])
     fill(spark, config)
     before = read_delta(table)
     files_before = len(DeltaTable(str(table)).file_uris())
@@ -101,6 +112,7 @@ def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Pa
     meta = json.loads(info["userMetadata"])["lakecluster"]
     assert meta["operation"] == "compaction" and meta["curve"] == "hilbert"
     assert meta["columns"] == "s_city,c_city,p_brand" and meta["attempt"]
+    assert meta["rewrite"] == engine
     changes = [e.get("add", e.get("remove")) for e in entries if "add" in e or "remove" in e]
     assert changes and all(c["dataChange"] is False for c in changes)
     # Spark SQL through delta-spark sees the rewrite as what it is.
@@ -111,11 +123,12 @@ def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Pa
     assert all(g.reason.startswith("merge") for g in compactor.plan().groups)
 
 
-def test_a_value_heavier_than_a_file_is_spread_over_several_files(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_value_heavier_than_a_file_is_spread_over_several_files(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     # Extreme brand skew: a few brands hold most rows; one partition so all rows meet in one group.
     config = generator_config(table, rows=20_000, per_batch=5_000, **{"source.generator.brand_skew": "3.0",
-                              "table.partition_by": "[]"})  # fmt: skip
+                              "table.partition_by": "[]"}, **ENGINES[engine])  # fmt: skip
     fill(spark, config)
     Compactor(config, spark=spark).run_once()
     actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
@@ -183,6 +196,50 @@ def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, tmp_p
         commit_rewrite(compactor.spark, str(table), group, written, metadata={"operation": "compaction"})
     assert DeltaTable(str(table)).version() == version
     assert read_delta(table).num_rows == 6_000
+
+
+def test_the_local_and_the_spark_rewrite_lay_out_the_same_files(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    config = generator_config(table, rows=12_000, per_batch=2_000, **{"table.partition_by": "[]"})
+    fill(spark, config)
+    compactor = Compactor(config, spark=spark)
+    group = compactor.plan().groups[0]
+    layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
+                                    target_cells=12)  # fmt: skip
+    out = {}
+    for engine, write in (("spark", lambda spec: rewrite(compactor.spark, group, spec)),
+                          ("local", lambda spec: rewrite_local(group, spec))):  # fmt: skip
+        spec = RewriteSpec(str(table), config.table.columns, (), layout, target_files=12, file_prefix=f"g01-{engine}")
+        written = write(spec)
+        rows = {f.path: pq.read_table(table / f.path) for f in written}
+        assert [f.num_records for f in written] == [rows[f.path].num_rows for f in written]
+        out[engine] = (sorted(f.num_records for f in written), row_multiset(pa.concat_tables(rows.values())))
+    assert out["local"][0] == out["spark"][0] and len(out["local"][0]) >= 10
+    assert out["local"][1] == out["spark"][1] == row_multiset(read_delta(table))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_partition_values_that_need_uri_encoding_are_compacted(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
+    from deltalake import write_deltalake
+
+    table = tmp_path / "t"
+    config = generator_config(table, rows=1, per_batch=1, **{"table.partition_by": '["c_region"]'}, **ENGINES[engine])
+    data = pa.Table.from_batches([generate(0, 9_000, GeneratorSettings(), config.table.columns)])
+    # a space and a percent sign are encoded in the log; brackets, braces and stars are glob patterns to Spark
+    regions = pa.array(["ASIA PACIFIC", "50% EUROPE", "A[1]{b,c}*?"] * (data.num_rows // 3))
+    data = data.set_column(data.column_names.index("c_region"), "c_region", regions)
+    for start in range(0, data.num_rows, 1_000):  # another writer's table: delta-rs encodes the paths
+        write_deltalake(str(table), data.slice(start, 1_000), mode="append", partition_by=["c_region"])
+    assert any("%25" in p for p in DeltaTable(str(table)).get_add_actions(flatten=True).column("path").to_pylist())
+    sketches = BoundarySketches.empty([config.table.column(c) for c in config.table.clustering_columns])
+    for c in config.table.clustering_columns:
+        sketches.sketches[c].update(data[c])
+    sketches.delta_version = DeltaTable(str(table)).version()
+    SketchStore(str(table)).write(sketches)
+    results = Compactor(config, spark=spark).run_once()
+    assert [r.result for r in results] == ["committed"] * 3, results
+    assert row_multiset(read_delta(table)) == row_multiset(data)
+    assert len(DeltaTable(str(table)).file_uris()) < 27
 
 
 def test_a_commit_whose_answer_is_lost_is_resolved_from_the_log(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
@@ -316,11 +373,13 @@ def test_stream_and_compactor_side_by_side_on_kafka(spark, kafka: KafkaBroker, t
     assert all(c.scanned_after <= c.scanned_before for c in committed)
 
 
-def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    # A timeout far shorter than any Spark job: the rewrite is always still running when it expires.
+    # A timeout far shorter than any rewrite: the rewrite is always still running when it expires.
     settings = {"table.partition_by": "[]", "compaction.stop_timeout_s": "0.01",
-                "compaction.target_file_bytes": "3000000", "compaction.min_file_bytes": "3000000"}  # fmt: skip
+                "compaction.target_file_bytes": "3000000", "compaction.min_file_bytes": "3000000",
+                **ENGINES[engine]}  # fmt: skip
     config = generator_config(table, rows=60_000, per_batch=15_000, **settings)
     fill(spark, config)
     before = read_delta(table)

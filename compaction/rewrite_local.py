@@ -1,0 +1,92 @@
+"""Rewrite one small group in the compactor's own process: pyarrow reads, numpy sorts, pyarrow writes.
+
+The same layout as the Spark rewrite (``rewrite.py``): rows keyed by ``ClusteringLayout``, cells
+assigned to files along the curve (``assign_files``), a file with more rows than the target cut
+into equal pieces along the key, files written by ``FileWriter`` with their Delta stats. What it
+saves is the Spark job: for a group of a few hundred megabytes the job's scheduling, the crossing
+of every row to Python workers and back, the cache and the shuffle cost more than the work
+(docs/benchmarks.md, "Rewrite profile"). Groups above ``compaction.local_rewrite_max_bytes`` go to
+Spark, whose memory is spread over executors; here the whole group is in memory, about twice its
+decoded size while it is sorted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pds
+
+from lakecluster.compaction.planner import Group
+from lakecluster.compaction.rewrite import RewriteSpec, data_schema
+from lakecluster.curves import argsort_keys
+from lakecluster.layout import assign_files, pieces
+from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
+from lakecluster.schema import arrow_schema
+from lakecluster.storage import filesystem
+
+
+class RewriteStopped(Exception):
+    """The compactor is stopping: the rewrite ended before its commit (files left are vacuum's)."""
+
+
+def read_local(group: Group, spec: RewriteSpec) -> pa.Table:
+    """The group's rows, the data columns in declared types (columns a file lacks read as nulls)."""
+    fs, root = filesystem(spec.table_uri, spec.storage)
+    schema = data_schema(arrow_schema(spec.columns), spec.partition_by)
+    # Add paths are URIs (a partition directory "s=a b" is logged as "s=a%20b"): decode them.
+    dataset = pds.dataset([f"{root}/{unquote(f.path)}" for f in group.files], schema=schema, format="parquet",
+                          filesystem=fs)  # fmt: skip
+    return dataset.to_table(use_threads=True)
+
+
+def file_slices(cells: np.ndarray, target_files: int) -> list[tuple[int, int]]:
+    """(start, stop) of each output file's rows, given every row's cell in key order."""
+    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+    counts = np.diff(np.r_[starts, len(cells)])
+    target_rows = max(1, -(-len(cells) // max(target_files, 1)))
+    file_of_cell = np.asarray(assign_files(counts.tolist(), target_rows))
+    first_cells = np.flatnonzero(np.r_[True, file_of_cell[1:] != file_of_cell[:-1]])
+    file_starts = starts[first_cells].tolist()
+    out: list[tuple[int, int]] = []
+    for start, end in zip(file_starts, [*file_starts[1:], len(cells)], strict=True):
+        k = pieces(end - start, target_rows)
+        cuts = [start + ((end - start) * i) // k for i in range(k + 1)]
+        out.extend(itertools.pairwise(cuts))
+    return out
+
+
+def rewrite_local(group: Group, spec: RewriteSpec, stop: threading.Event | None = None) -> list[WrittenFile]:
+    """Rewrite ``group`` as files laid out by ``spec.layout``; nothing is committed here.
+
+    ``stop`` set while files are written ends the rewrite with ``RewriteStopped``.
+    """
+    table = read_local(group, spec)
+    if table.num_rows == 0:
+        return []
+    cell, key = spec.layout.keys(table.select(list(spec.layout.columns)))
+    order = argsort_keys(key)
+    table = table.take(pa.array(order))
+    slices = file_slices(np.ascontiguousarray(cell[order]).view(f"S{cell.shape[1]}").ravel(), spec.target_files)
+    fs, root = filesystem(spec.table_uri, spec.storage)
+    schema = table.schema
+    token = uuid.uuid4().hex[:16]
+
+    def write(n: int) -> WrittenFile:
+        if stop is not None and stop.is_set():
+            raise RewriteStopped
+        start, end = slices[n]
+        name = f"part-{spec.file_prefix}-{token}-c{n:05d}.snappy.parquet"
+        writer = FileWriter(fs, root, data_file_path(spec.partition_by, group.partition_values, name), schema,
+                            group.partition_values)  # fmt: skip
+        writer.write(table.slice(start, end - start))
+        return writer.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return list(pool.map(write, range(len(slices))))
