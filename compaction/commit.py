@@ -142,9 +142,10 @@ def commit_rewrite(
             f"(another compactor rewrote them), e.g. {gone[0]}; the rewrite is abandoned"
         )
     now_ms = int(time.time() * 1000)
-    from_json = delta.actions.Action.fromJson
-    actions = [from_json(_remove_json(f, now_ms)) for f in group.files]
-    actions += [from_json(_add_json(f, now_ms)) for f in written]
+    lines = [_remove_json(f, now_ms) for f in group.files] + [_add_json(f, now_ms) for f in written]
+    # One py4j call for all actions (lakecluster/jvm/ActionLines.java), not one per action.
+    parsed = jvm.lakecluster.delta.ActionLines.parse("\n".join(lines))
+    actions = jvm.org.apache.spark.api.python.PythonUtils.toSeq(parsed)
     sc = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
     sizes = sorted(f.size for f in written) or [0]
     values = {
@@ -170,7 +171,7 @@ def commit_rewrite(
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[attr-defined]
     spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", meta_text)
     try:
-        version = int(txn.commit(_seq(jvm, actions), operation, _scala_map(jvm, {METADATA_KEY + ".attempt": attempt})))
+        version = int(txn.commit(actions, operation, _scala_map(jvm, {METADATA_KEY + ".attempt": attempt})))
         # The commit landed but its answer may not reach us (a connection reset): tests fail here.
         fail_point("compaction_after_commit_call")
         return CommitResult(version, attempt)

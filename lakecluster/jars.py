@@ -39,7 +39,7 @@ from lakecluster.errors import JarResolutionError
 SCALA = "2.13"
 DEFAULT_CACHE = Path.home() / ".cache" / "lakecluster" / "jars"
 LOGSTORE_CLASS = "lakecluster.delta.ConditionalCreateLogStore"
-_LOGSTORE_SOURCE = Path(__file__).parent / "jvm" / "ConditionalCreateLogStore.java"
+_JVM_SOURCES = Path(__file__).parent / "jvm"
 
 # Transitive dependencies pyspark already ships (same or newer versions): a second copy on the
 # classpath would shadow Spark's (delta-spark pulls parquet 1.16 and jackson 2.13, Spark has
@@ -220,9 +220,11 @@ def _cached(listing: Path) -> list[Path] | None:
 
 
 def logstore_jar(classpath: Sequence[Path], *, cache_dir: Path = DEFAULT_CACHE) -> Path:
-    """The compiled ``ConditionalCreateLogStore``, built once per source version with javac."""
-    source = _LOGSTORE_SOURCE.read_bytes()
-    jar = cache_dir / f"lakecluster-logstore-{hashlib.sha256(source).hexdigest()[:16]}.jar"
+    """lakecluster's Java classes (``jvm/*.java``: the ``ConditionalCreateLogStore``, ``ActionLines``),
+    built once per version of their sources with javac."""
+    sources = sorted(_JVM_SOURCES.glob("*.java"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in sources)).hexdigest()
+    jar = cache_dir / f"lakecluster-logstore-{digest[:16]}.jar"
     if jar.is_file():
         return jar
     with _locked(cache_dir):
@@ -234,11 +236,12 @@ def logstore_jar(classpath: Sequence[Path], *, cache_dir: Path = DEFAULT_CACHE) 
         with tempfile.TemporaryDirectory(prefix="lakecluster-javac-") as tmp:
             done = subprocess.run(
                 [java_tool("javac"), "--release", "17", "-nowarn", "-d", tmp,
-                 "-cp", os.pathsep.join([*map(str, classpath), spark_jars]), str(_LOGSTORE_SOURCE)],
+                 "-cp", os.pathsep.join([*map(str, classpath), spark_jars]), *map(str, sources)],
                 capture_output=True, text=True,
             )  # fmt: skip
             if done.returncode != 0:
-                raise JarResolutionError(f"compiling {_LOGSTORE_SOURCE.name} failed:\n{done.stderr[-2000:]}")
+                names = ", ".join(p.name for p in sources)
+                raise JarResolutionError(f"compiling {names} failed:\n{done.stderr[-2000:]}")
             partial = jar.with_suffix(".partial")
             with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
                 for path in sorted(Path(tmp).rglob("*.class")):
