@@ -152,28 +152,31 @@ READING = """
 Reading the run of 2026-11-25 (scale factor 1, 1,000 files, clustering on lo_orderdate, s_region, c_region,
 p_brand1):
 
-- **Region filters** (Q3.1-Q3.4, Q4.1, Q4.2): Delta's ZORDER and liquid clustering read 85-88% of
+- **Region filters** (Q3.1-Q3.4, Q4.1, Q4.2): Delta's ZORDER and liquid clustering read 84-88% of
   the files on Q3.x. Both map each column to range ids and interleave their bits; a column of 5
   values has ids 0-4, whose few bits barely move the curve, so the regions stay unclustered.
-  lakecluster cuts every column into equal-depth ranges (5 for a region, as many as it has values)
-  and gives the rest of the file budget to the other columns: a query on both regions reads about
-  1/25 of the files (Q3.1: 42 of 1,050).
-- **Nation and city filters** (Q3.2-Q3.4, Q4.3) are served by the region columns (a nation and
-  its cities lie in one region) and, on Q3.3-Q3.4, by the date. Clustering on cities instead
-  would not serve the region queries, since a region is five separate runs of city names.
-- **Date-only queries** (Q1.1-Q1.3): ZORDER and liquid read fewer files there (67 against 300 on
-  Q1.2). The regions they leave unclustered leave their share of the curve to the date and the
-  brand. lakecluster spends 25 cuts on the regions, leaving the date about 7 ranges.
-- **Weights do not buy those three back at this file count.** A trial on the same input,
-  `python bench/ssb.py --scale-factor 1 --files 1000 --weights lo_orderdate=3 --only-lakecluster
-  --no-write`, read 194, 73 and 115 files on Q1.1-Q1.3, still above ZORDER's 177, 67 and 104. The
-  regions lost levels (Q3.1 81 files, Q3.3 571), and the total rose from 2,168 to 2,499. With about
-  1,000 files, four columns cannot give the date ZORDER's resolution and the regions theirs at the
-  same time. More files (a smaller target) give every column more levels.
+  lakecluster cuts every column into ranges of about equal depth (5 for a region, as many as it
+  has values) and gives the rest of the file budget to the other columns: with equal weights a
+  query on both regions reads about 1/25 of the files (Q3.1: 36 of 965).
+- **Date-only queries** (Q1.1-Q1.3) filter on d_year, d_yearmonthnum and d_weeknuminyear, which
+  follow lo_orderdate. The cuts between the date's levels sit on year starts
+  (`compaction.round_cuts`: 19930000 is the roundest value near an equal-depth cut of the
+  `yyyymmdd` integers), so a year reads whole levels: 142 files on Q1.1 against ZORDER's 177. The
+  same run with `compaction.round_cuts = false` (`--equal-depth`, a trial with `--only-lakecluster`)
+  read 300 files on each of Q1.1-Q1.3: every year and month straddled two of its 7 levels.
+- **A month or a week needs more date levels than equal weights give** (7: Q1.2 and Q1.3 read
+  140 files against ZORDER's 66 and 103; Q2.3, a single brand, 35 against liquid's 33). The
+  weighted layout gives the date 19 levels, the brand 10 (a single brand, Q2.3), s_region its 5
+  and c_region 1: every query on the customer's region,
+  nation or city also filters the supplier's, which carries it. Those weights (`--weights
+  lo_orderdate=2.8 s_region=2 c_region=0.1 p_brand1=2.2`) were chosen for this workload after two
+  trials; with c_region at 3 levels and the brand at 4, Q2.3 read 51 files against liquid's 37.
+  The price is on the region queries (Q3.3: 525 files, against 300 with equal weights and 879 for
+  ZORDER) and the margin on Q1.1 is two files (175 against 177).
 
-Rewrite speed here, on 828 KB files: lakecluster 1.19 × ZORDER's MB/s, 0.76 × liquid
-clustering's. Per-file and per-commit costs dominate the small-file runs in "Anchors" and "Rewrite
-profile" below.
+Rewrite speed here, on 828 KB files (groups above `compaction.local_rewrite_max_bytes`: the Spark
+rewrite): lakecluster 0.76 × ZORDER's MB/s, 0.68 × liquid clustering's. Small groups are rewritten
+in the compactor's own process ("Rewrite profile" above).
 """
 
 

@@ -273,7 +273,7 @@ class Compactor:
                            target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}",
                            storage=storage.resolved(self.config.storage))  # fmt: skip
         try:
-            written = self._rewrite(group, spec)
+            written, engine = self._rewrite(group, spec)
         except _Stopped:
             metrics.COMPACTION_GROUPS.labels("abandoned").inc()
             return GroupResult(group, "abandoned", 0, 0, time.monotonic() - started, None, 0.0, 0.0, "stopped")
@@ -284,7 +284,7 @@ class Compactor:
             "operation": "compaction", "curve": cfg.curve, "columns": ",".join(layout.columns),
             "levels": ",".join(map(str, layout.levels)), "boundary_version": str(sketches.delta_version),
             "generation": str(group.generation), "run": run_id, "reason": group.reason,
-            "rewrite": "local" if self._local(group) else "spark",
+            "rewrite": engine,
         }  # fmt: skip
         metrics.COMPACTION_COMMIT_ATTEMPTS.inc()
         try:
@@ -314,24 +314,28 @@ class Compactor:
         )  # fmt: skip
         return GroupResult(group, "committed", len(written), bytes_out, seconds, result.version, before, after)
 
-    def _local(self, group: Group) -> bool:
-        """Whether ``group`` is rewritten in this process rather than by Spark."""
-        return group.bytes <= self.config.compaction.local_rewrite_max_bytes
-
-    def _rewrite(self, group: Group, spec: RewriteSpec) -> list[WrittenFile]:
-        if self._local(group):
+    def _rewrite(self, group: Group, spec: RewriteSpec) -> tuple[list[WrittenFile], str]:
+        """The group's new files and where they were written: ``local`` (this process) or ``spark``."""
+        if group.bytes <= self.config.compaction.local_rewrite_max_bytes:
             self._busy.set()
             try:
                 written = rewrite_local(group, spec, stop=self._cancelled)
+                if self._cancelled.is_set():
+                    raise _Stopped
+                return written, "local"
             except RewriteStopped:
                 raise _Stopped from None
+            except (pa.ArrowException, MemoryError) as e:
+                # Files pyarrow cannot read as declared (Spark may) or a group too big for this
+                # process: Spark rewrites it; files written so far are vacuum's.
+                log.warning("rewriting the group in this process failed (%s); rewriting it with Spark",
+                            first_line(str(e)))
             finally:
                 self._busy.clear()
-        else:
-            written = self._rewrite_with_spark(group, spec)
+        written = self._rewrite_with_spark(group, spec)
         if self._cancelled.is_set():
             raise _Stopped
-        return written
+        return written, "spark"
 
     def _rewrite_with_spark(self, group: Group, spec: RewriteSpec) -> list[WrittenFile]:
         sc = self.spark.sparkContext

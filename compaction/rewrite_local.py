@@ -41,7 +41,9 @@ def read_local(group: Group, spec: RewriteSpec) -> pa.Table:
     fs, root = filesystem(spec.table_uri, spec.storage)
     schema = data_schema(arrow_schema(spec.columns), spec.partition_by)
     # Add paths are URIs (a partition directory "s=a b" is logged as "s=a%20b"): decode them.
-    dataset = pds.dataset([f"{root}/{unquote(f.path)}" for f in group.files], schema=schema, format="parquet",
+    # Spark writes timestamps as INT96 by default; read as nanoseconds, years outside 1677-2262 overflow.
+    parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    dataset = pds.dataset([f"{root}/{unquote(f.path)}" for f in group.files], schema=schema, format=parquet,
                           filesystem=fs)  # fmt: skip
     return dataset.to_table(use_threads=True)
 
@@ -88,5 +90,5 @@ def rewrite_local(group: Group, spec: RewriteSpec, stop: threading.Event | None 
         writer.write(table.slice(start, end - start))
         return writer.close()
 
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
         return list(pool.map(write, range(len(slices))))

@@ -52,13 +52,18 @@ def _spread(values: np.ndarray) -> np.ndarray:
 def _decimal(lo: float, hi: float) -> np.ndarray:
     if lo == hi or not (math.isfinite(lo) and math.isfinite(hi)):
         return np.asarray([lo], dtype=np.float64)
-    top = math.floor(math.log10(max(abs(lo), abs(hi), 1e-300))) + 1
+    top = min(math.floor(math.log10(max(abs(lo), abs(hi), 1e-300))) + 1, 308)
     for exponent in range(top, -13, -1):
-        step = 10.0**exponent
-        first, last = math.ceil(lo / step), math.floor(hi / step)
+        # Multiples of a negative power are divided, not multiplied: 3 / 10 is 0.3, 3 * 0.1 is not.
+        step = 10.0**exponent if exponent >= 0 else 10.0**-exponent
+        scaled_lo, scaled_hi = (lo / step, hi / step) if exponent >= 0 else (lo * step, hi * step)
+        if not (math.isfinite(scaled_lo) and math.isfinite(scaled_hi)):
+            continue
+        first, last = math.ceil(scaled_lo), math.floor(scaled_hi)
         if first <= last:
-            multiples = np.arange(first, min(last, first + 10 * _MAX_CANDIDATES) + 1, dtype=np.float64) * step
-            multiples = multiples[(multiples >= lo) & (multiples <= hi)]  # float rounding of small steps
+            counts = np.arange(first, min(last, first + 10 * _MAX_CANDIDATES) + 1, dtype=np.float64)
+            multiples = counts * step if exponent >= 0 else counts / step
+            multiples = multiples[(multiples >= lo) & (multiples <= hi)]
             if len(multiples):
                 return _spread(multiples)
     return np.asarray([hi], dtype=np.float64)
@@ -135,8 +140,8 @@ def level_cuts(edges: np.ndarray, starts: np.ndarray, levels: int, unit: Unit) -
         low = max(ideal - SLACK * depth, previous + MIN_GAP * depth)
         high = min(ideal + SLACK * depth, 1.0 - MIN_GAP * depth)
         reach = inner[(starts[inner] >= low) & (starts[inner] <= high)]
-        if len(reach) == 0:
-            later = inner[starts[inner] >= low]
+        if len(reach) == 0:  # a heavy value spans the window: the nearest edge after the last cut
+            later = inner[starts[inner] > previous]
             if len(later) == 0:
                 break
             nearest = later[np.argmin(np.abs(starts[later] - ideal))]

@@ -218,6 +218,26 @@ def test_the_local_and_the_spark_rewrite_lay_out_the_same_files(spark, tmp_path:
     assert out["local"][1] == out["spark"][1] == row_multiset(read_delta(table))
 
 
+def test_a_group_the_local_rewrite_cannot_read_is_rewritten_by_spark(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = tmp_path / "t"
+    config = generator_config(table, rows=6_000, per_batch=2_000, **{"table.partition_by": "[]"})
+    fill(spark, config)
+    before = read_delta(table)
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        # what pyarrow says of a file it cannot read as declared (Spark's reader may)
+        raise pa.ArrowInvalid("Casting from timestamp[ns] to timestamp[us] would lose data")
+
+    monkeypatch.setattr("lakecluster.compaction.loop.rewrite_local", unreadable)
+    results = Compactor(config, spark=spark).run_once()
+    assert [r.result for r in results] == ["committed"], results
+    info = next(e["commitInfo"] for e in log_entries(table, results[0].version) if "commitInfo" in e)
+    assert json.loads(info["userMetadata"])["lakecluster"]["rewrite"] == "spark"
+    assert row_multiset(read_delta(table)) == row_multiset(before)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_partition_values_that_need_uri_encoding_are_compacted(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     from deltalake import write_deltalake

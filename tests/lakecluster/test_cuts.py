@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,3 +118,26 @@ def test_cuts_increase_and_levels_hold_a_quarter_to_twice_their_share(
         depth = 1 / levels
         assert shares.min() >= (MIN_GAP - 0.05) * depth
         assert shares.max() <= (1 + 2 * SLACK + 0.05) * depth
+
+
+def test_decimal_cuts_are_the_round_values_themselves() -> None:
+    # 3 * 0.1 is 0.30000000000000004: a row equal to 0.3 would fall below the cut
+    assert roundest(0.25, 0.35, "number").tolist() == [0.3]
+    assert roundest(2.25, 2.35, "number").tolist() == [2.3]
+    assert roundest(0.6, 0.65, "number").tolist() == [0.6]
+
+
+def test_the_largest_doubles_do_not_overflow() -> None:
+    big = float(np.finfo(np.float64).max)
+    assert roundest(1e307, big, "number").tolist() == [1e308]
+    values = np.concatenate([np.random.default_rng(4).uniform(0, 1000, 7000), np.full(3000, big)])
+    edges, starts = _boundaries(values)
+    cuts = level_cuts(edges, starts, 4, "number")
+    assert len(cuts) >= 2 and (np.diff(cuts) > 0).all()
+
+
+@pytest.mark.parametrize("heavy", [0.8, 0.9, 0.95])
+def test_a_two_value_column_is_still_split_however_skewed(heavy: float) -> None:
+    values = np.where(np.random.default_rng(5).random(20_000) < heavy, 1.0, 0.0)
+    edges, starts = _boundaries(values)
+    assert level_cuts(edges, starts, 2, "number").tolist() == [1.0]
