@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -31,11 +29,11 @@ from lakecluster.config import StorageConfig
 from lakecluster.curves import key_array
 from lakecluster.layout import ClusteringLayout, assign_files, pieces
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
-from lakecluster.schema import ColumnSpec, arrow_schema, spark_ddl
+from lakecluster.schema import ColumnSpec, arrow_schema
+from lakecluster.spark import read_data_files
 from lakecluster.storage import filesystem
 from lakecluster.uris import normalize
 
-_GLOB = re.compile(r"([\\\[\]{}*?])")
 CELL, KEY, FILE = "_lc_cell", "_lc_key", "_lc_file"
 OUTPUT_DDL = "path string, size bigint, num_records bigint, partition_values string, stats string"
 _OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()), ("num_records", pa.int64()),
@@ -135,11 +133,7 @@ def _data_columns(piece: pa.Table, schema: pa.Schema, partition_by: Sequence[str
 def read_group(spark: SparkSession, table_uri: str, columns: Sequence[ColumnSpec],
                partition_by: Sequence[str], paths: Sequence[str]) -> DataFrame:  # fmt: skip
     base = normalize(table_uri)
-    stored = tuple(c for c in columns if c.name not in partition_by)
-    # Add paths are URIs (a partition directory "s=a b" is logged as "s=a%20b"), and Spark takes
-    # the paths it is given as glob patterns: decode, then escape the pattern characters.
-    files = [_GLOB.sub(r"\\\1", f"{base}/{unquote(p)}") for p in paths]
-    return spark.read.schema(spark_ddl(stored)).parquet(*files)
+    return read_data_files(spark, base, paths, [c for c in columns if c.name not in partition_by])
 
 
 def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[WrittenFile]:

@@ -17,7 +17,6 @@ import os
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +29,7 @@ from lakecluster.layout import assign_files, pieces
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.schema import arrow_schema
 from lakecluster.storage import filesystem
+from lakecluster.uris import data_file
 
 
 class RewriteStopped(Exception):
@@ -40,10 +40,9 @@ def read_local(group: Group, spec: RewriteSpec) -> pa.Table:
     """The group's rows, the data columns in declared types (columns a file lacks read as nulls)."""
     fs, root = filesystem(spec.table_uri, spec.storage)
     schema = data_schema(arrow_schema(spec.columns), spec.partition_by)
-    # Add paths are URIs (a partition directory "s=a b" is logged as "s=a%20b"): decode them.
     # Spark writes timestamps as INT96 by default; read as nanoseconds, years outside 1677-2262 overflow.
     parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-    dataset = pds.dataset([f"{root}/{unquote(f.path)}" for f in group.files], schema=schema, format=parquet,
+    dataset = pds.dataset([data_file(root, f.path) for f in group.files], schema=schema, format=parquet,
                           filesystem=fs)  # fmt: skip
     return dataset.to_table(use_threads=True)
 

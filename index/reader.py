@@ -19,6 +19,7 @@ from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import store_for
 from lakecluster.parquet_files import filesystem
 from lakecluster.schema import spark_ddl, spark_sql_type
+from lakecluster.spark import read_data_files
 
 
 def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -> DataFrame:
@@ -47,7 +48,7 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
         groups[tuple(values[f].get(p) for p in manifest.partition_by)].append(f)
     frames = []
     for key, files in groups.items():
-        df = spark.read.schema(spark_ddl(data_columns)).parquet(*[f"{base}/{f}" for f in files])
+        df = read_data_files(spark, base, files, data_columns)
         for p, v in zip(manifest.partition_by, key, strict=True):
             df = df.withColumn(p, F.lit(v).cast(spark_sql_type(by_name[p])))
         frames.append(df.select(*[c.name for c in columns]))

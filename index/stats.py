@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from lakecluster.index.encoding import PREFIX_END, encode_array, family, scale
 from lakecluster.parquet_files import HIVE_NULL, filesystem
 from lakecluster.schema import ColumnSpec, arrow_type
+from lakecluster.uris import data_file
 
 STRING_TRUNCATION = 32
 
@@ -235,7 +236,7 @@ def scan_nan_counts(table_uri: str, paths: Sequence[str], columns: Sequence[Colu
     fs, root = filesystem(table_uri)
     out: dict[str, dict[str, int]] = {}
     for path in paths:
-        pf = pq.ParquetFile(fs.open_input_file(f"{root}/{path}"))
+        pf = pq.ParquetFile(fs.open_input_file(data_file(root, path)))
         present = [c for c in floats if c in pf.schema_arrow.names]
         data = pf.read(columns=present)
         out[path] = {c: int(pc.sum(pc.fill_null(pc.is_nan(data[c]), False).cast(pa.int64())).as_py() or 0)

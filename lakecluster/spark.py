@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from lakecluster import jars
 from lakecluster.config import SparkConfig, StorageConfig
+from lakecluster.schema import ColumnSpec, spark_ddl
 from lakecluster.storage import hadoop_conf
+from lakecluster.uris import data_file
 
 LOG4J_CONFIG = Path(__file__).parent / "jvm" / "log4j2.properties"
 
@@ -50,6 +53,19 @@ BASE_CONF = {
     # them with a distributed job (seconds per group) instead of a few stat calls on the driver.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
 }
+
+
+_GLOB = re.compile(r"([\\\[\]{}*?])")
+
+
+def read_data_files(spark: SparkSession, base: str, add_paths: Sequence[str],
+                    columns: Sequence[ColumnSpec]) -> DataFrame:  # fmt: skip
+    """The data files of Delta add paths under the table root ``base``, read with ``columns``.
+
+    Spark takes the paths it is given as glob patterns: the decoded paths have theirs escaped.
+    """
+    files = [_GLOB.sub(r"\\\1", data_file(base, p)) for p in add_paths]
+    return spark.read.schema(spark_ddl(tuple(columns))).parquet(*files)
 
 
 def session_conf(config: SparkConfig, storage: StorageConfig, *, s3: bool) -> dict[str, str]:

@@ -8,7 +8,7 @@ both through the S3A filesystem, delta-rs and pyarrow read ``s3://``).
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 S3_SCHEMES = ("s3", "s3a")
 
@@ -43,6 +43,14 @@ def normalize(uri: str) -> str:
 def join(uri: str, *parts: str) -> str:
     base = uri.rstrip("/")
     return "/".join([base, *(p.strip("/") for p in parts)])
+
+
+def data_file(base: str, add_path: str) -> str:
+    """Where the data file of a Delta add path lives under the table root ``base``.
+
+    Add paths are URIs: a partition directory ``s=a b`` is logged as ``s=a%20b``.
+    """
+    return f"{base}/{unquote(add_path)}"
 
 
 def bucket_key(uri: str) -> str:
