@@ -28,7 +28,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lakecluster import storage
+from lakecluster import delta_txn, storage
 from lakecluster.compaction.planner import Group
 from lakecluster.errors import CompactionConflictError, TableError
 from lakecluster.faults import fail_point
@@ -46,21 +46,6 @@ class CommitResult:
     version: int
     attempt: str
     resolved_from_log: bool = False  # the commit call failed, but the log shows it landed
-
-
-def _seq(jvm: Any, items: Sequence[Any]) -> Any:
-    """A Scala immutable Seq (Spark's own py4j helper)."""
-    java_list = jvm.java.util.ArrayList()
-    for item in items:
-        java_list.add(item)
-    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(java_list)
-
-
-def _scala_map(jvm: Any, items: Mapping[str, Any]) -> Any:
-    java_map = jvm.java.util.HashMap()
-    for k, v in items.items():
-        java_map.put(k, v)
-    return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(java_map)
 
 
 def _remove_json(f: Any, now_ms: int) -> str:
@@ -143,25 +128,15 @@ def commit_rewrite(
         )
     now_ms = int(time.time() * 1000)
     lines = [_remove_json(f, now_ms) for f in group.files] + [_add_json(f, now_ms) for f in written]
-    # One py4j call for all actions (lakecluster/jvm/ActionLines.java), not one per action.
-    parsed = jvm.lakecluster.delta.ActionLines.parse("\n".join(lines))
-    actions = jvm.org.apache.spark.api.python.PythonUtils.toSeq(parsed)
-    sc = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
     sizes = sorted(f.size for f in written) or [0]
-    values = {
+    delta_txn.register_metrics(spark, txn, {
         "numRemovedFiles": len(group.files), "numAddedFiles": len(written),
         "numRemovedBytes": sum(f.size for f in group.files), "numAddedBytes": sum(f.size for f in written),
         "minFileSize": sizes[0], "maxFileSize": sizes[-1], "p50FileSize": sizes[len(sizes) // 2],
         "p25FileSize": sizes[len(sizes) // 4], "p75FileSize": sizes[(3 * len(sizes)) // 4],
-    }  # fmt: skip
-    sql_metrics = {}
-    for name, value in values.items():
-        metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(sc, name)
-        metric.set(int(value))
-        sql_metrics[name] = metric
-    txn.registerSQLMetrics(spark._jsparkSession, _scala_map(jvm, sql_metrics))  # type: ignore[attr-defined]
+    })  # fmt: skip
     operation = getattr(delta, "DeltaOperations$Optimize")(
-        _seq(jvm, []), _seq(jvm, list(zorder_by)), False, jvm.scala.Option.empty(), False
+        delta_txn.seq(jvm, []), delta_txn.seq(jvm, list(zorder_by)), False, jvm.scala.Option.empty(), False
     )
     meta_text = user_metadata(**dict(metadata), attempt=attempt)
     previous = spark.conf.get("spark.databricks.delta.commitInfo.userMetadata", None)
@@ -171,30 +146,25 @@ def commit_rewrite(
     jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[attr-defined]
     spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", meta_text)
     try:
-        version = int(txn.commit(actions, operation, _scala_map(jvm, {METADATA_KEY + ".attempt": attempt})))
+        tags = delta_txn.scala_map(jvm, {METADATA_KEY + ".attempt": attempt})
+        version = int(txn.commit(delta_txn.actions(jvm, lines), operation, tags))
         # The commit landed but its answer may not reach us (a connection reset): tests fail here.
         fail_point("compaction_after_commit_call")
         return CommitResult(version, attempt)
     except Exception as e:
         text = str(e)
+        first = delta_txn.first_line(text)
         if any(name in text for name in _CONFLICTS):
-            raise CompactionConflictError(f"another commit conflicted with the rewrite: {_first(text)}") from None
+            raise CompactionConflictError(f"another commit conflicted with the rewrite: {first}") from None
         landed = find_attempt(table_uri, attempt, read_version)
         if landed is not None:
-            log.warning("commit call failed (%s) but attempt %s is in the log at version %d", _first(text), attempt,
+            log.warning("commit call failed (%s) but attempt %s is in the log at version %d", first, attempt,
                         landed)  # fmt: skip
             return CommitResult(landed, attempt, resolved_from_log=True)
-        raise TableError(f"compaction commit to {table_uri} failed (nothing was committed): {_first(text)}") from e
+        raise TableError(f"compaction commit to {table_uri} failed (nothing was committed): {first}") from e
     finally:
         if previous is None:
             spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
         else:
             spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", previous)
 
-
-def _first(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            return line[:300]
-    return text[:300]

@@ -27,7 +27,8 @@ _FATAL = re.compile(
     "|".join([
         r"ConfigError", r"SchemaMismatchError", r"CheckpointError", r"LeaseHeldError", r"TableNotFoundError",
         r"AnalysisException", r"DELTA_SCHEMA_", r"DELTA_FAILED_TO_MERGE_FIELDS", r"DELTA_NOT_NULL_",
-        r"NOT_NULL_CONSTRAINT", r"Some data may have been lost", r"failOnDataLoss", r"DataLossError",
+        r"NOT_NULL_CONSTRAINT", r"DELTA_VIOLATE_CONSTRAINT", r"Some data may have been lost", r"failOnDataLoss",
+        r"DataLossError",
         r"TopicAuthorizationException", r"SaslAuthenticationException", r"AuthenticationException",
         r"UNSUPPORTED_", r"ClassNotFoundException", r"NoClassDefFoundError"
     ])

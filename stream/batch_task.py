@@ -1,15 +1,18 @@
 """What each Spark task does with its part of a micro-batch, in one pass over Arrow batches.
 
 Input: Kafka records (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
-``headers``) from Spark's Kafka source, or typed rows from the generator. Output: one row per
-record, either a typed table row or a quarantine row (its raw bytes, where it came from, why),
-plus one summary row per task holding the task's boundary sketches and counts. The driver persists
-this output and writes the table and the quarantine from it, so records are parsed once.
+``headers``) from Spark's Kafka source, or typed rows from the generator. Output, when the task
+writes its own files (``TaskSpec.files``, ``stream/task_files.py``): one row per file it wrote into
+the table or the quarantine, plus one summary row holding the task's boundary sketches and counts;
+the driver commits the files. Otherwise: one row per record, either a typed table row or a
+quarantine row (its raw bytes, where it came from, why), plus the summary row; the driver persists
+this output and writes the table and the quarantine from it. Either way records are parsed once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import pickle
 from collections import Counter
 from collections.abc import Iterator
@@ -20,12 +23,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster.layout import ClusteringLayout
+from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import ColumnSpec, arrow_schema, spark_sql_type
 from lakecluster.sketches import ColumnSketch, sketch_kind
 from lakecluster.stream.parse import ParseLimits, RecordParser
+from lakecluster.stream.task_files import BufferedFiles, TaskFiles
 
 KIND, KEY, CODE, REASON, SUMMARY = "_lc_kind", "_lc_key", "_lc_code", "_lc_reason", "_lc_summary"
-ROW, QUARANTINE, SUMMARY_ROW = 0, 1, 2
+ROW, QUARANTINE, SUMMARY_ROW, TABLE_FILE, QUARANTINE_FILE = 0, 1, 2, 3, 4
+# One row per file a task wrote (``TaskSpec.files``), and the summary row.
+FILE_SCHEMA = pa.schema([
+    (KIND, pa.int8()), ("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string()),
+    ("num_records", pa.int64()), ("stats", pa.string()), (SUMMARY, pa.binary()),
+])  # fmt: skip
+FILE_DDL = (f"{KIND} tinyint, path string, size bigint, partition_values string, num_records bigint, stats string, "
+            f"{SUMMARY} binary")  # fmt: skip
 SOURCE_FIELDS = (
     ("raw_key", pa.binary(), "binary"),
     ("raw_value", pa.binary(), "binary"),
@@ -62,6 +74,7 @@ class TaskSpec:
     # Quarantined records below these offsets were committed by an earlier incarnation of the
     # stream (docs/exactly-once.md): they are not quarantined twice.
     quarantine_floor: dict[tuple[str, int], int] = field(default_factory=dict)
+    files: TaskFiles | None = None  # the task writes the batch's files itself
 
 
 @dataclass
@@ -93,6 +106,8 @@ def output_schema(spec: TaskSpec) -> pa.Schema:
 
 
 def output_ddl(spec: TaskSpec) -> str:
+    if spec.files is not None:
+        return FILE_DDL
     cols = ", ".join(f"`{c.name}` {spark_sql_type(c)}" for c in spec.columns)
     source = ", ".join(f"`{n}` {ddl}" for n, _, ddl in SOURCE_FIELDS)
     return f"{cols}, {KIND} tinyint, {KEY} binary, {CODE} string, {REASON} string, {source}, {SUMMARY} binary"
@@ -103,6 +118,7 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     sketches = {c.name: _new_sketch(c, spec) for c in spec.sketch_columns} if spec.build_sketches else {}
     parser = RecordParser(spec.columns, spec.limits) if spec.parse_json else None
     summary = TaskSummary()
+    files = _TaskWriters(spec) if spec.files is not None else None
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -110,11 +126,74 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
         valid = out.filter(pc.equal(out[KIND], ROW))
         for name, sketch in sketches.items():
             sketch.update(valid[name])
-        yield from out.to_batches()
+        if files is None:
+            yield from out.to_batches()
+        else:
+            files.add(valid, out)
     summary.sketches = {name: s.to_bytes() for name, s in sketches.items()}
+    blob = pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
+    if files is not None:
+        yield from files.close()
+        yield pa.RecordBatch.from_pylist([{KIND: SUMMARY_ROW, SUMMARY: blob}], schema=FILE_SCHEMA)
+        return
     row = dict.fromkeys(schema.names)
-    row.update({KIND: SUMMARY_ROW, SUMMARY: pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)})
+    row.update({KIND: SUMMARY_ROW, SUMMARY: blob})
     yield pa.RecordBatch.from_pylist([row], schema=schema)
+
+
+class _TaskWriters:
+    """The table's and the quarantine's files of one task (``TaskSpec.files``)."""
+
+    def __init__(self, spec: TaskSpec) -> None:
+        files = spec.files
+        assert files is not None
+        self.files = files
+        self.stream_id, self.batch_id = files.stream_id, files.batch_id
+        self.columns = [c.name for c in spec.columns]
+        data = arrow_schema(spec.columns)
+        data_schema = pa.schema([f for f in data if f.name not in files.partition_by])
+        sort_key = KEY if spec.layout is not None else None
+        self.table = BufferedFiles(files.table_uri, files, data_schema, files.partition_by, sort_key)
+        self.quarantine = BufferedFiles(files.quarantine_uri, files, QUARANTINE_SCHEMA, (), None)
+
+    def add(self, valid: pa.Table, out: pa.Table) -> None:
+        if self.files.write_table and valid.num_rows:
+            self.table.add(valid.select([*self.columns, KEY] if self.table.sort_key else self.columns))
+        bad = out.filter(pc.equal(out[KIND], QUARANTINE))
+        if self.files.write_quarantine and bad.num_rows:
+            n = bad.num_rows
+            extra = {
+                "reason_code": bad[CODE], "reason": bad[REASON],
+                "quarantined_at": pa.array([now_utc()] * n, pa.timestamp("us", tz="UTC")),
+                "stream_id": pa.array([self.stream_id] * n, pa.string()),
+                "stream_batch_id": pa.array([self.batch_id] * n, pa.int64()),
+            }  # fmt: skip
+            self.quarantine.add(pa.table(
+                [bad[name] if name not in extra else extra[name] for name in QUARANTINE_SCHEMA.names],
+                schema=QUARANTINE_SCHEMA,
+            ))  # fmt: skip
+
+    def close(self) -> Iterator[pa.RecordBatch]:
+        rows = [_file_row(TABLE_FILE, f) for f in self.table.close()]
+        rows += [_file_row(QUARANTINE_FILE, f) for f in self.quarantine.close()]
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=FILE_SCHEMA)
+
+
+def _file_row(kind: int, f: WrittenFile) -> dict:
+    return {KIND: kind, "path": f.path, "size": f.size, "partition_values": json.dumps(f.partition_values),
+            "num_records": f.num_records, "stats": f.stats}  # fmt: skip
+
+
+def written_files(rows: list) -> tuple[list[WrittenFile], list[WrittenFile]]:
+    """The table's and the quarantine's files, from the tasks' file rows."""
+    table: list[WrittenFile] = []
+    quarantine: list[WrittenFile] = []
+    for r in rows:
+        f = WrittenFile(r["path"], int(r["size"]), json.loads(r["partition_values"]), int(r["num_records"]),
+                        r["stats"])  # fmt: skip
+        (table if r[KIND] == TABLE_FILE else quarantine).append(f)
+    return table, quarantine
 
 
 def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, schema: pa.Schema,
@@ -149,8 +228,10 @@ def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, s
     arrays: list[pa.Array] = [typed[c.name].combine_chunks() for c in spec.columns]
     arrays += [pa.array(kind, pa.int8()), key, codes, reasons]
     bad_mask = pa.array(kind == QUARANTINE)
+    any_bad = bool((kind == QUARANTINE).any())
     for name, typ, _ in SOURCE_FIELDS:
-        arrays.append(_source_column(source, name, typ, bad_mask, n))
+        # Without a quarantined record the columns are all null: no copy of the raw values.
+        arrays.append(_source_column(source, name, typ, bad_mask, n) if any_bad else pa.nulls(n, typ))
     arrays.append(pa.nulls(n, pa.binary()))
     out = pa.Table.from_arrays(arrays, schema=schema)
     return out.filter(pa.array(kind >= 0)) if (kind < 0).any() else out

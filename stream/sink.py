@@ -2,11 +2,15 @@
 
 For micro-batch ``b`` with txn version ``v = txn_base + b`` (``stream/resume.py``):
 1. one Spark job parses the records (``batch_task``), keys the valid rows for cluster-on-write and
-   sketches them; its output is persisted, so the writes below do not parse again;
-2. quarantined records are appended to the quarantine table, then valid rows to the table, both by
-   delta-spark with the idempotent-write options ``txnAppId = stream id``, ``txnVersion = v`` and the
-   batch's source offsets in ``userMetadata``: a batch Spark replays after a crash commits nothing
-   twice, and the table always records how far the stream has read;
+   sketches them. Its tasks also write the rows into Parquet files of the table and the quarantine
+   (``stream.write_in_tasks``, ``task_files``); where the table needs Delta's own writer (CHECK
+   constraints, generated columns, column mapping, a schema other than the declared one), the
+   job's output is persisted instead, and Delta's writer writes from it in a second job;
+2. quarantined records are committed to the quarantine table, then valid rows to the table, each
+   in one delta-spark transaction with the app transaction ``(stream id, v)`` and the batch's
+   source offsets in ``userMetadata`` (``append.py``, or Delta's writer with ``txnAppId`` and
+   ``txnVersion``): a batch Spark replays after a crash commits nothing twice, and the table
+   always records how far the stream has read;
 3. the merged sketches are persisted, tied to the table version and to ``v``.
 The table is written even when every record was quarantined (an empty commit), so its recorded
 offsets never fall behind the stream.
@@ -29,12 +33,15 @@ from lakecluster.delta_log import TableLog
 from lakecluster.faults import crash_point
 from lakecluster.layout import ClusteringLayout
 from lakecluster.sketch_store import SketchStore, load_or_empty
+from lakecluster.sketches import ColumnSketch
 from lakecluster.stream import resume
+from lakecluster.stream.append import AppendBlocked, AppendTarget, commit_append
 from lakecluster.stream.batch_task import (
     CODE,
     KEY,
     KIND,
     QUARANTINE,
+    QUARANTINE_DDL,
     REASON,
     ROW,
     SOURCE_FIELDS,
@@ -45,8 +52,10 @@ from lakecluster.stream.batch_task import (
     output_ddl,
     run_task,
     summaries,
+    written_files,
 )
 from lakecluster.stream.parse import ParseLimits
+from lakecluster.stream.task_files import TaskFiles
 from lakecluster.table import TableSpec, user_metadata
 from lakecluster.uris import normalize
 
@@ -70,6 +79,17 @@ class BatchReport:
     committed_at: float = 0.0
     bytes_written: int = 0
     sketches_at: float | None = None  # when this batch wrote the boundary sketches, if it did
+
+
+@dataclass(frozen=True)
+class _Done:
+    """What an earlier run of this batch already committed."""
+
+    table: bool
+    quarantine: bool
+
+
+_Result = tuple[TaskSummary, dict[str, ColumnSketch], int, int]  # totals, sketches, files, bytes
 
 
 def table_spec(config: Config) -> TableSpec:
@@ -105,6 +125,8 @@ class StreamSink:
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
         self.table = TableLog(self.spec.uri, start.stream_id)
         self.quarantine: TableLog | None = None
+        self._targets: tuple[AppendTarget, AppendTarget] | None = None
+        self._blocked: str | None = None  # why Delta's writer writes the batches, when it must
 
     def _committed(self, batch_txn: int) -> tuple[bool, bool]:
         """Whether the table and the quarantine already hold this txn version of the stream."""
@@ -131,40 +153,26 @@ class StreamSink:
             self._report(BatchReport(batch_id, 0, 0, 0, time.monotonic() - started, self.table.version, True, txn))
             return
 
-        spec = TaskSpec(
-            columns=self.config.table.columns,
-            sketch_columns=self.sketch_columns,
-            sketch_k=self.config.sketches.k,
-            sketch_max_string_chars=self.config.sketches.max_string_chars,
-            build_sketches=not sketch_done,
-            parse_json=self.is_kafka,
-            limits=self.limits,
-            layout=self._write_layout(),
-            quarantine_floor=self.start.quarantine_floor,
-        )
-        parsed = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
-        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            total, merged = summaries([r[SUMMARY] for r in parsed.where(F.col(KIND) == SUMMARY_ROW)
-                                       .select(SUMMARY).collect()])  # fmt: skip
-            crash_point(f"before_commit:{batch_id}")
-            meta = user_metadata(stream=self.start.stream_id, batch=batch_id, txn=txn, offsets=_json(offsets),
-                                 source=self.config.source.kind, rows=total.rows, quarantined=total.quarantined)
-            if total.quarantined and not quarantine_done:
-                self._write_quarantine(parsed, batch_id, txn, meta)
-            crash_point(f"after_quarantine_commit:{batch_id}")
-            files, written = 0, 0
-            if not table_done:
-                files, written = self._write_table(parsed, txn, meta)
-            crash_point(f"after_table_commit:{batch_id}")
-            if spec.build_sketches:
-                self.sketches.merge(merged)
-                self.sketches.stream_batch_id = txn
-                self.sketches.delta_version = self.table.version
-                self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
-                sketches_at = time.time()
-        finally:
-            parsed.unpersist()
+        meta_of = functools.partial(user_metadata, stream=self.start.stream_id, batch=batch_id, txn=txn,
+                                    offsets=_json(offsets), source=self.config.source.kind)  # fmt: skip
+        done = _Done(table_done, quarantine_done)
+        result = None
+        if self._writes_in_tasks():
+            try:
+                result = self._one_pass(batch_df, batch_id, txn, done, sketch_done, meta_of)
+            except AppendBlocked as e:
+                log.warning("batch %d: %s; writing it with Delta's writer", batch_id, e)
+                self._blocked = str(e)
+                done = _Done(*self._committed(txn))  # the quarantine may have been committed meanwhile
+        if result is None:
+            result = self._two_passes(batch_df, batch_id, txn, done, sketch_done, meta_of)
+        total, merged, files, written = result
+        if not sketch_done:
+            self.sketches.merge(merged)
+            self.sketches.stream_batch_id = txn
+            self.sketches.delta_version = self.table.version
+            self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
+            sketches_at = time.time()
 
         if self.config.index.enabled and self.config.index.sync_after_stream and not table_done:
             self._sync_index()
@@ -175,6 +183,89 @@ class StreamSink:
             offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
             timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(), sketches_at=sketches_at,
         ))  # fmt: skip
+
+    def _task_spec(self, sketch_done: bool, files: TaskFiles | None = None) -> TaskSpec:
+        return TaskSpec(
+            columns=self.config.table.columns,
+            sketch_columns=self.sketch_columns,
+            sketch_k=self.config.sketches.k,
+            sketch_max_string_chars=self.config.sketches.max_string_chars,
+            build_sketches=not sketch_done,
+            parse_json=self.is_kafka,
+            limits=self.limits,
+            layout=self._write_layout(),
+            quarantine_floor=self.start.quarantine_floor,
+            files=files,
+        )
+
+    def _writes_in_tasks(self) -> bool:
+        """Whether this batch's tasks write its files (``stream.write_in_tasks`` and a table that allows it)."""
+        if not self.config.stream.write_in_tasks:
+            return False
+        if self._targets is None:
+            self._targets = (AppendTarget.of(self.spark, self.spec.uri, self.spec.ddl, self.spec.partition_by),
+                             AppendTarget.of(self.spark, self.quarantine_uri, QUARANTINE_DDL, ()))  # fmt: skip
+        blockers = [t.blocker(self.spark) for t in self._targets[: 2 if self.is_kafka else 1]]
+        reason = next((b for b in blockers if b is not None), None)
+        if reason != self._blocked:
+            if reason is not None:
+                log.warning("micro-batches are written by Delta's writer (a second pass): %s", reason)
+            self._blocked = reason
+        return reason is None
+
+    def _one_pass(self, batch_df: DataFrame, batch_id: int, txn: int, done: _Done, sketch_done: bool,
+                  meta_of: Callable[..., str]) -> _Result:  # fmt: skip
+        """Tasks parse and write; the driver commits quarantine, then table (``stream/append.py``)."""
+        assert self._targets is not None
+        table_target, quarantine_target = self._targets
+        s = self.config.stream
+        files = TaskFiles(
+            table_uri=self.spec.uri, quarantine_uri=self.quarantine_uri, partition_by=self.spec.partition_by,
+            max_records_per_file=s.max_records_per_file, buffer_bytes=s.write_buffer_bytes,
+            storage=self.config.storage, stream_id=self.start.stream_id, batch_id=batch_id,
+            write_table=not done.table, write_quarantine=not done.quarantine,
+        )  # fmt: skip
+        spec = self._task_spec(sketch_done, files)
+        out = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
+        rows = out.collect()  # one row per written file, one per task: small
+        total, merged = summaries([r[SUMMARY] for r in rows if r[KIND] == SUMMARY_ROW])
+        table_files, quarantine_files = written_files([r for r in rows if r[KIND] != SUMMARY_ROW])
+        crash_point(f"before_commit:{batch_id}")
+        meta = meta_of(rows=total.rows, quarantined=total.quarantined)
+        if quarantine_files and not done.quarantine:
+            commit_append(self.spark, quarantine_target, quarantine_files, app_id=self.start.stream_id,
+                          txn_version=txn, user_metadata=meta)  # fmt: skip
+        crash_point(f"after_quarantine_commit:{batch_id}")
+        written = (0, 0)
+        if not done.table:
+            appended = commit_append(self.spark, table_target, table_files, app_id=self.start.stream_id,
+                                     txn_version=txn, user_metadata=meta)  # fmt: skip
+            written = (appended.files, appended.bytes)
+        self.table.refresh()
+        crash_point(f"after_table_commit:{batch_id}")
+        return total, merged, *written
+
+    def _two_passes(self, batch_df: DataFrame, batch_id: int, txn: int, done: _Done, sketch_done: bool,
+                    meta_of: Callable[..., str]) -> _Result:  # fmt: skip
+        """Tasks parse into a persisted frame; Delta's writer writes quarantine, then table, from it."""
+        spec = self._task_spec(sketch_done)
+        parsed = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
+        parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            total, merged = summaries([r[SUMMARY] for r in parsed.where(F.col(KIND) == SUMMARY_ROW)
+                                       .select(SUMMARY).collect()])  # fmt: skip
+            crash_point(f"before_commit:{batch_id}")
+            meta = meta_of(rows=total.rows, quarantined=total.quarantined)
+            if total.quarantined and not done.quarantine:
+                self._write_quarantine(parsed, batch_id, txn, meta)
+            crash_point(f"after_quarantine_commit:{batch_id}")
+            files, written = 0, 0
+            if not done.table:
+                files, written = self._write_table(parsed, txn, meta)
+            crash_point(f"after_table_commit:{batch_id}")
+            return total, merged, files, written
+        finally:
+            parsed.unpersist()
 
     def _write_quarantine(self, parsed: DataFrame, batch_id: int, txn: int, meta: str) -> None:
         bad = parsed.where(F.col(KIND) == QUARANTINE).select(

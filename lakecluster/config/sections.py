@@ -103,6 +103,10 @@ class StreamConfig:
     cluster_on_write: bool = True
     # Spark's writer cuts a file after this many records; 0: one file per task and table partition.
     max_records_per_file: int = 0
+    # Each task writes the files of the rows it parsed (one pass); false: Delta's writer, a second pass.
+    write_in_tasks: bool = True
+    # A task sorts and writes its rows in pieces of at most this many bytes (Arrow, decoded).
+    write_buffer_bytes: int = 64 << 20
     # A micro-batch that waits this long for its source's offsets (broker unreachable) is reported.
     source_wait_warning_s: float = 60.0
     # Consumer lag (brokers' end offsets minus the table's committed offsets) is measured this often; 0: off.

@@ -33,6 +33,8 @@ def validate(config: Config) -> None:
         raise ConfigError("stream.trigger_interval_s", "must be >= 0")
     if s.max_records_per_file < 0:
         raise ConfigError("stream.max_records_per_file", "must be >= 0 (0: no limit)")
+    if s.write_buffer_bytes < 1 << 20:
+        raise ConfigError("stream.write_buffer_bytes", f"must be >= 1048576 (1 MiB), got {s.write_buffer_bytes}")
     _positive("stream.source_wait_warning_s", s.source_wait_warning_s)
     if s.lag_interval_s < 0:
         raise ConfigError("stream.lag_interval_s", "must be >= 0 (0: off)")

@@ -44,6 +44,7 @@ def test_file_then_env_then_flags(tmp_path: Path) -> None:
         ('[table]\nclustring_columns = ["a"]', "table.clustring_columns", "unknown key"),
         ('[stream]\ntrigger_interval_s = "soon"', "stream.trigger_interval_s", "expected a number"),
         ("[sketches]\nk = 2", "sketches.k", "8..65535"),
+        ("[stream]\nwrite_buffer_bytes = 1000", "stream.write_buffer_bytes", ">= 1048576"),
         ('[source]\nkind = "pulsar"', "source.kind", "generator, kafka"),
         ('[table]\nclustering_columns = ["nope"]', "table.clustering_columns", "unknown column 'nope'"),
         ('[table]\npartition_by = ["s_city"]', "table.clustering_columns", "partition columns"),
