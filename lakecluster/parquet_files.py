@@ -48,14 +48,26 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 
 
 def partition_value_string(value: Any) -> str | None:
-    """A partition value in the Delta log's string form (protocol: "Partition Value Serialization")."""
-    if value is None:
+    """A partition value in the Delta log's string form (protocol: "Partition Value Serialization"),
+    spelled as delta-spark's writer spells it, so files of one partition group together whoever
+    wrote them: an empty string is null, decimals in plain notation, floats in their shortest form."""
+    if value is None or value == "":
         return None
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        return _iso_utc(value)
+    if isinstance(value, dt.date):
+        return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+    if isinstance(value, Decimal):
+        return format(value, "f")
     return str(value)
+
+
+def _iso_utc(ts: dt.datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` with a four-digit year (``strftime`` drops the zeros of years < 1000)."""
+    u = ts.astimezone(dt.UTC)
+    return f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}.{u.microsecond:06d}Z"
 
 
 _SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9_.+-]{1,100}$")
@@ -84,6 +96,9 @@ def split_by_partition(table: pa.Table, partition_by: Sequence[str]) -> list[tup
         encoded = pc.dictionary_encode(table[name]).combine_chunks()
         idx = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
         codes = codes * (len(encoded.dictionary) + 1) + idx
+        # Renumbered densely after each column: the next product stays below rows x values, far
+        # from int64's limit however many columns partition the table.
+        codes = np.unique(codes, return_inverse=True)[1].astype(np.int64).ravel()
     order = np.argsort(codes, kind="stable")
     sorted_codes = codes[order]
     starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
@@ -108,9 +123,9 @@ def _json_literal(value: Any) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, dt.datetime):
-        return json.dumps(value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+        return json.dumps(_iso_utc(value))
     if isinstance(value, dt.date):
-        return json.dumps(value.isoformat())
+        return json.dumps(f"{value.year:04d}-{value.month:02d}-{value.day:02d}")
     return json.dumps(value)
 
 
@@ -118,9 +133,15 @@ def _floor_ms(ts: dt.datetime) -> dt.datetime:
     return ts.replace(microsecond=ts.microsecond - ts.microsecond % 1000)
 
 
-def _ceil_ms(ts: dt.datetime) -> dt.datetime:
+def _ceil_ms(ts: dt.datetime) -> dt.datetime | None:
+    """Up to the next whole millisecond; None past the last one a timestamp has (9999-12-31T23:59:59.999)."""
     floored = _floor_ms(ts)
-    return floored if floored == ts else floored + dt.timedelta(milliseconds=1)
+    if floored == ts:
+        return floored
+    try:
+        return floored + dt.timedelta(milliseconds=1)
+    except OverflowError:
+        return None
 
 
 class StatsAccumulator:
@@ -130,7 +151,9 @@ class StatsAccumulator:
     holding them in memory. Timestamps are widened to whole milliseconds (min down, max up)
     because Delta readers parse stats at millisecond precision; a narrower range would let them
     skip files wrongly. Strings are stored in full (Delta-Spark truncates to 32 characters; readers
-    accept both). A column whose min or max is NaN or infinite gets no min/max at all.
+    accept both). Spark orders NaN above every number, so a column holding NaN keeps its minimum
+    (Arrow's, which skips NaN, is then the true one) and gets no maximum: ``x > 5`` reads the file,
+    ``x < 1`` may skip it. A column with an infinite bound gets no min/max at all.
     """
 
     def __init__(self, schema: pa.Schema) -> None:
@@ -140,6 +163,7 @@ class StatsAccumulator:
         self.mins: dict[str, Any] = {}
         self.maxs: dict[str, Any] = {}
         self.unrepresentable: set[str] = set()
+        self.with_nan: set[str] = set()
 
     def update(self, table: pa.Table | pa.RecordBatch) -> None:
         self.rows += table.num_rows
@@ -149,6 +173,8 @@ class StatsAccumulator:
             if (name in self.unrepresentable or column.null_count == len(column)
                     or pa.types.is_nested(column.type) or pa.types.is_binary(column.type)):  # fmt: skip
                 continue
+            if pa.types.is_floating(column.type) and pc.any(pc.is_nan(column)).as_py():
+                self.with_nan.add(name)
             mm = pc.min_max(column)
             lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if _json_literal(lo) is None or _json_literal(hi) is None:
@@ -167,9 +193,12 @@ class StatsAccumulator:
             lo, hi = self.mins[name], self.maxs[name]
             if isinstance(lo, dt.datetime) and isinstance(hi, dt.datetime):
                 lo, hi = _floor_ms(lo), _ceil_ms(hi)
+                if hi is None:  # no upper bound can be written: no bounds at all
+                    continue
             key = json.dumps(name)
             mins.append(f"{key}:{_json_literal(lo)}")
-            maxs.append(f"{key}:{_json_literal(hi)}")
+            if name not in self.with_nan:
+                maxs.append(f"{key}:{_json_literal(hi)}")
         return (
             f'{{"numRecords":{self.rows},"minValues":{{{",".join(mins)}}},'
             f'"maxValues":{{{",".join(maxs)}}},"nullCount":{{{",".join(nulls)}}}}}'
@@ -181,6 +210,18 @@ def delta_stats(table: pa.Table) -> str:
     acc = StatsAccumulator(table.schema)
     acc.update(table)
     return acc.json()
+
+
+def footer_statistics(schema: pa.Schema) -> bool | list[str]:
+    """The columns whose min/max go into the Parquet footer: all but floating-point ones.
+
+    pyarrow leaves NaN out of a column chunk's min and max, and Spark, which orders NaN above
+    every number, then skips row groups that hold the NaN a query asks for (``x > 5``).
+    """
+    floats = {f.name for f in schema if pa.types.is_floating(f.type)}
+    if not floats:
+        return True
+    return [f.name for f in schema if f.name not in floats and not pa.types.is_nested(f.type)]
 
 
 class FileWriter:
@@ -196,7 +237,7 @@ class FileWriter:
         fs.create_dir(directory, recursive=True)
         self.stats = StatsAccumulator(schema)
         self._writer = pq.ParquetWriter(self.full, schema, filesystem=fs, compression="snappy",
-                                        coerce_timestamps="us", write_statistics=True)  # fmt: skip
+                                        coerce_timestamps="us", write_statistics=footer_statistics(schema))  # fmt: skip
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows:
@@ -250,7 +291,7 @@ def write_files(
                 compression="snappy",
                 row_group_size=ROW_GROUP_ROWS,
                 coerce_timestamps="us",
-                write_statistics=True,
+                write_statistics=footer_statistics(chunk.schema),
             )
             size = fs.get_file_info(full).size
             written.append(WrittenFile(rel, int(size or 0), strings, chunk.num_rows, delta_stats(chunk)))

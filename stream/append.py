@@ -85,12 +85,12 @@ def commit_append(
     assert jvm is not None
     delta = jvm.org.apache.spark.sql.delta
     txn = delta.DeltaLog.forTable(spark._jsparkSession, target.uri).startTransaction()  # type: ignore[attr-defined]
+    if int(txn.txnVersion(app_id)) >= txn_version:
+        return Appended(None, 0, 0)
     blocker = delta_txn.append_blocker(delta_txn.TableFacts.of_transaction(jvm, txn), target.fields,
                                        target.partition_by)  # fmt: skip
     if blocker is not None:
         raise AppendBlocked(blocker)
-    if int(txn.txnVersion(app_id)) >= txn_version:
-        return Appended(None, 0, 0)
     now_ms = int(time.time() * 1000)
     lines = [_add_json(f, now_ms) for f in files]
     lines.append(json.dumps({"txn": {"appId": app_id, "version": txn_version, "lastUpdated": now_ms}}))

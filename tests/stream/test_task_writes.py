@@ -146,3 +146,23 @@ def test_an_append_whose_answer_is_lost_is_found_in_the_log_and_not_committed_ag
     assert len(set(zip(rows["lo_orderkey"].to_pylist(), rows["lo_linenumber"].to_pylist(), strict=True))) == 6000
     writes = [c for c in _commits(Path(config.table.path)) if any("txn" in a for a in c)]
     assert [next(a["txn"]["version"] for a in c if "txn" in a) for c in writes] == [r.txn_version for r in reports]
+
+
+def test_a_query_above_a_files_numbers_still_reads_its_nan(spark, tmp_path: Path) -> None:
+    from lakecluster.config import StorageConfig
+    from lakecluster.stream.append import AppendTarget, commit_append
+    from lakecluster.stream.task_files import BufferedFiles, TaskFiles
+
+    path = str(tmp_path / "nan")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT, x DOUBLE) USING delta")
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "x": pa.array([1.0, float("nan"), 3.0])})
+    files = TaskFiles(table_uri=path, quarantine_uri=path, partition_by=(), max_records_per_file=0,
+                      buffer_bytes=1 << 20, storage=StorageConfig(), stream_id="s", batch_id=0)  # fmt: skip
+    writer = BufferedFiles(path, files, rows.schema, (), None)
+    writer.add(rows)
+    target = AppendTarget.of(spark, path, "`id` bigint, `x` double", ())
+    commit_append(spark, target, list(writer.close()), app_id="s", txn_version=0, user_metadata="{}")
+    # Spark orders NaN above every number: the file must not be skipped by its stats.
+    assert [r.id for r in spark.sql(f"SELECT id FROM delta.`{path}` WHERE x > 5").collect()] == [2]
+    assert spark.sql(f"SELECT count(*) AS n FROM delta.`{path}` WHERE x < 2").collect()[0].n == 1
+    assert spark.sql(f"SELECT count(*) AS n FROM delta.`{path}` WHERE x = double('NaN')").collect()[0].n == 1

@@ -1,0 +1,69 @@
+"""Delta stats and partition values of the files lakecluster writes, as Delta's own writer gives them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lakecluster.parquet_files import delta_stats, partition_value_string, split_by_partition
+
+UTC = dt.UTC
+
+
+def _stats(**columns: pa.Array) -> dict:
+    return json.loads(delta_stats(pa.table(columns)))
+
+
+def test_a_column_holding_nan_gets_no_maximum_because_spark_orders_nan_above_every_number() -> None:
+    stats = _stats(x=pa.array([1.0, float("nan"), 3.0]), y=pa.array([1.0, 2.0, 3.0]))
+    assert stats["minValues"]["x"] == 1.0 and "x" not in stats["maxValues"]
+    assert (stats["minValues"]["y"], stats["maxValues"]["y"]) == (1.0, 3.0)
+    assert stats["nullCount"]["x"] == 0
+
+
+def test_the_last_microsecond_of_year_9999_leaves_the_upper_bound_out_instead_of_failing() -> None:
+    last = dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)
+    stats = _stats(ts=pa.array([dt.datetime(2020, 1, 1, tzinfo=UTC), last], pa.timestamp("us", tz="UTC")))
+    assert "ts" not in stats["maxValues"] and "ts" not in stats["minValues"]
+    whole_ms = dt.datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    stats = _stats(ts=pa.array([whole_ms], pa.timestamp("us", tz="UTC")))
+    assert stats["maxValues"]["ts"] == "9999-12-31T23:59:59.999000Z"
+
+
+def test_years_before_1000_keep_four_digits() -> None:
+    ts = dt.datetime(999, 1, 2, 3, 4, 5, 6000, tzinfo=UTC)
+    stats = _stats(ts=pa.array([ts], pa.timestamp("us", tz="UTC")), d=pa.array([dt.date(99, 1, 2)], pa.date32()))
+    assert stats["minValues"]["ts"] == "0999-01-02T03:04:05.006000Z"
+    assert stats["minValues"]["d"] == "0099-01-02"
+    assert partition_value_string(ts) == "0999-01-02T03:04:05.006000Z"
+
+
+def test_partition_values_are_spelled_as_delta_sparks_writer_spells_them() -> None:
+    # Spelled by delta-spark 4.4 for the same values (INSERT into a table partitioned by them).
+    assert partition_value_string("") is None
+    assert partition_value_string(Decimal("0E-8")) == "0.00000000"
+    assert partition_value_string(Decimal("1.50000000")) == "1.50000000"
+    ts = dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+    assert partition_value_string(ts) == "2024-01-02T03:04:05.123456Z"
+    assert partition_value_string(dt.date(2024, 1, 2)) == "2024-01-02"
+    assert partition_value_string(True) == "true"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(*[st.integers(0, 5)] * 4), min_size=1, max_size=60), st.integers(0, 10_000))
+def test_rows_are_grouped_by_all_their_partition_values(rows: list[tuple[int, ...]], spread: int) -> None:
+    # Spread values make the columns' dictionaries large; each group holds exactly its rows.
+    cols = {f"p{i}": pa.array([r[i] * spread + i for r in rows], pa.int64()) for i in range(4)}
+    table = pa.table({**cols, "row": pa.array(np.arange(len(rows)))})
+    groups = split_by_partition(table, list(cols))
+    expected: dict[tuple[int, ...], list[int]] = {}
+    for n, r in enumerate(rows):
+        expected.setdefault(tuple(r[i] * spread + i for i in range(4)), []).append(n)
+    got = {tuple(values[f"p{i}"] for i in range(4)): part["row"].to_pylist() for values, part in groups}
+    assert got == expected
