@@ -192,8 +192,9 @@ its own (the files one compaction group wrote, along the curve of its own rows).
 about n^(2/3) files of each run of n files, so runs of N/2, N/4, N/8, ... files read
 N^(2/3) × Σ 2^(-2i/3) ≈ 1.70 × N^(2/3), whatever the layout of each run. Fan-out, generations and
 re-clustering the whole table only trade the number and sizes of the runs against the bytes
-rewritten: merging runs sooner reads fewer files and rewrites more (the table above: 1.53 × at WA
-3.4 for re-clustering everything every 2 rounds, 4.07 × at WA 1 every 8).
+rewritten: merging runs sooner reads fewer files and rewrites more (the table above: re-clustering
+everything every 2 rounds reads the fewest files at the highest write amplification, every 8
+rounds the reverse).
 
 What would reach it: one run holding most of the table (a run of 0.9 N and one of 0.1 N read
 (0.9^(2/3) + 0.1^(2/3)) ≈ 1.15 × N^(2/3)), kept so by merging new files into the main run cell by
@@ -201,6 +202,7 @@ cell: rewrite only the main run's files whose curve cells the new rows fall in. 
 cover few cells, as a date or an ever-growing id does, that costs little; on these uniform random
 cities and brands every cell receives new rows in every round, so each such merge rewrites the
 whole main run, a write amplification of about N / (rows per round).
+
 """
 
 
