@@ -50,7 +50,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 def partition_value_string(value: Any) -> str | None:
     """A partition value in the Delta log's string form (protocol: "Partition Value Serialization"),
     spelled as delta-spark's writer spells it, so files of one partition group together whoever
-    wrote them: an empty string is null, decimals in plain notation, floats in their shortest form."""
+    wrote them: an empty string is null, decimals in plain notation, floats as Java spells them."""
     if value is None or value == "":
         return None
     if isinstance(value, bool):
@@ -61,7 +61,33 @@ def partition_value_string(value: Any) -> str | None:
         return f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
     if isinstance(value, Decimal):
         return format(value, "f")
+    if isinstance(value, float | np.floating):
+        return _java_float(value)
     return str(value)
+
+
+def _partition_value(scalar: pa.Scalar) -> Any:
+    """A partition column's value; a float keeps its width, which its spelling depends on."""
+    value = scalar.as_py()
+    if value is not None and pa.types.is_float32(scalar.type):
+        return np.float32(value)
+    return value
+
+
+def _java_float(value: float | np.floating) -> str:
+    """A float as Java's ``Float.toString``/``Double.toString`` (Spark's cast to string) spells it:
+    the shortest digits, ``1.5``, ``100.0``; ``1.0E20`` and ``1.0E-5`` outside [0.001, 10^7)."""
+    x = float(value)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "-0.0" if math.copysign(1.0, x) < 0 else "0.0"
+    if 1e-3 <= abs(x) < 1e7:
+        return np.format_float_positional(value, unique=True, trim="0")
+    mantissa, exponent = np.format_float_scientific(value, unique=True, trim="0").split("e")
+    return f"{mantissa}E{int(exponent)}"
 
 
 def _iso_utc(ts: dt.datetime) -> str:
@@ -107,7 +133,7 @@ def split_by_partition(table: pa.Table, partition_by: Sequence[str]) -> list[tup
     groups = []
     for s, e in zip(starts, ends, strict=True):
         part = table.slice(int(s), int(e - s))
-        values = {name: part[name][0].as_py() for name in partition_by}
+        values = {name: _partition_value(part[name][0]) for name in partition_by}
         groups.append((values, part.drop_columns(list(partition_by))))
     return groups
 

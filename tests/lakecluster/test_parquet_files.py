@@ -53,6 +53,16 @@ def test_partition_values_are_spelled_as_delta_sparks_writer_spells_them() -> No
     assert partition_value_string(ts) == "2024-01-02T03:04:05.123456Z"
     assert partition_value_string(dt.date(2024, 1, 2)) == "2024-01-02"
     assert partition_value_string(True) == "true"
+    assert partition_value_string(np.float32(0.1)) == "0.1"
+    assert partition_value_string(np.float32(1e20)) == "1.0E20"
+    assert [partition_value_string(v) for v in (1.5, 100.0, 1e-5, 123456789.0, -0.0, 1e7, 0.001)] == \
+        ["1.5", "100.0", "1.0E-5", "1.23456789E8", "-0.0", "1.0E7", "0.001"]
+
+
+def test_a_float32_partition_keeps_its_short_spelling() -> None:
+    table = pa.table({"f": pa.array([0.1, 0.1, 2.5], pa.float32()), "row": pa.array([0, 1, 2])})
+    values = sorted(partition_value_string(v["f"]) for v, _ in split_by_partition(table, ["f"]))
+    assert values == ["0.1", "2.5"]
 
 
 @settings(max_examples=30, deadline=None)
