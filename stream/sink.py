@@ -28,6 +28,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakecluster import storage
 from lakecluster.config import Config
 from lakecluster.delta_log import TableLog
 from lakecluster.faults import crash_point
@@ -222,7 +223,8 @@ class StreamSink:
         files = TaskFiles(
             table_uri=self.spec.uri, quarantine_uri=self.quarantine_uri, partition_by=self.spec.partition_by,
             max_records_per_file=s.max_records_per_file, buffer_bytes=s.write_buffer_bytes,
-            storage=self.config.storage, stream_id=self.start.stream_id, batch_id=batch_id,
+            # Executors do not share the driver's AWS environment: they get the settings it resolved.
+            storage=storage.resolved(self.config.storage), stream_id=self.start.stream_id, batch_id=batch_id,
             write_table=not done.table, write_quarantine=not done.quarantine,
         )  # fmt: skip
         spec = self._task_spec(sketch_done, files)
