@@ -40,15 +40,22 @@ class SketchStore:
         self.stream_id = stream_id
         self.directory = f"{self.streams}/{stream_id}/sketches" if stream_id else self.legacy
 
+    def _list(self, directory: str) -> list[pafs.FileInfo]:
+        try:
+            return self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        except FileNotFoundError:
+            # pyarrow's local listing can still fail this way while a writer creates the directory.
+            return []
+
     def _names(self, directory: str | None = None) -> list[str]:
-        infos = self.fs.get_file_info(pafs.FileSelector(directory or self.directory, allow_not_found=True))
+        infos = self._list(directory or self.directory)
         return sorted(i.base_name for i in infos if i.base_name.startswith("v") and i.base_name.endswith(_SUFFIX))
 
     def latest(self) -> BoundarySketches | None:
         if self.stream_id:
             names = self._names()
             return self.read(f"{self.directory}/{names[-1]}") if names else None
-        infos = self.fs.get_file_info(pafs.FileSelector(self.streams, allow_not_found=True))
+        infos = self._list(self.streams)
         directories = [self.legacy] + [f"{i.path}/sketches" for i in infos if i.type == pafs.FileType.Directory]
         merged: BoundarySketches | None = None
         for directory in directories:
