@@ -55,13 +55,6 @@ def _remove_json(f: Any, now_ms: int) -> str:
     }})  # fmt: skip
 
 
-def _add_json(f: WrittenFile, now_ms: int) -> str:
-    return json.dumps({"add": {
-        "path": f.path, "partitionValues": dict(f.partition_values), "size": f.size, "modificationTime": now_ms,
-        "dataChange": False, "stats": f.stats,
-    }})  # fmt: skip
-
-
 def verify_outputs(table_uri: str, written: Sequence[WrittenFile]) -> None:
     """Every output file exists with the size its writer reported (or the rewrite is abandoned)."""
     fs, root = storage.filesystem(table_uri)
@@ -127,7 +120,8 @@ def commit_rewrite(
             f"(another compactor rewrote them), e.g. {gone[0]}; the rewrite is abandoned"
         )
     now_ms = int(time.time() * 1000)
-    lines = [_remove_json(f, now_ms) for f in group.files] + [_add_json(f, now_ms) for f in written]
+    lines = [_remove_json(f, now_ms) for f in group.files]
+    lines += [delta_txn.add_json(f, now_ms, data_change=False) for f in written]
     sizes = sorted(f.size for f in written) or [0]
     delta_txn.register_metrics(spark, txn, {
         "numRemovedFiles": len(group.files), "numAddedFiles": len(written),

@@ -14,6 +14,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from lakecluster.parquet_files import WrittenFile
+
 # Writer features an append of plain Parquet files with full stats honours as it is. The features
 # that change what a data file must hold (column mapping, constraints, generated, identity and
 # default columns, Iceberg compatibility, ...) are not listed: such a table is written by Delta's
@@ -46,6 +48,14 @@ def actions(jvm: Any, lines: Sequence[str]) -> Any:
     """Delta actions from their JSON lines, parsed in one JVM call (``lakecluster/jvm/ActionLines.java``)."""
     parsed = jvm.lakecluster.delta.ActionLines.parse("\n".join(lines))
     return jvm.org.apache.spark.api.python.PythonUtils.toSeq(parsed)
+
+
+def add_json(f: WrittenFile, now_ms: int, *, data_change: bool) -> str:
+    """The ``add`` action of a file lakecluster wrote (``data_change``: new rows, not a rewrite)."""
+    return json.dumps({"add": {
+        "path": f.path, "partitionValues": dict(f.partition_values), "size": f.size, "modificationTime": now_ms,
+        "dataChange": data_change, "stats": f.stats,
+    }})  # fmt: skip
 
 
 def register_metrics(spark: SparkSession, txn: Any, values: Mapping[str, int]) -> None:

@@ -64,13 +64,6 @@ class Appended:
     bytes: int
 
 
-def _add_json(f: WrittenFile, now_ms: int) -> str:
-    return json.dumps({"add": {
-        "path": f.path, "partitionValues": dict(f.partition_values), "size": f.size, "modificationTime": now_ms,
-        "dataChange": True, "stats": f.stats,
-    }})  # fmt: skip
-
-
 def commit_append(
     spark: SparkSession,
     target: AppendTarget,
@@ -92,7 +85,7 @@ def commit_append(
     if blocker is not None:
         raise AppendBlocked(blocker)
     now_ms = int(time.time() * 1000)
-    lines = [_add_json(f, now_ms) for f in files]
+    lines = [delta_txn.add_json(f, now_ms, data_change=True) for f in files]
     lines.append(json.dumps({"txn": {"appId": app_id, "version": txn_version, "lastUpdated": now_ms}}))
     size = sum(f.size for f in files)
     delta_txn.register_metrics(spark, txn, {
