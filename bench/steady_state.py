@@ -96,7 +96,7 @@ class LogBytes:
 
     def update(self) -> LogBytes:
         while (entry := self.table / "_delta_log" / f"{self.next_version:020d}.json").exists():
-            actions = [json.loads(line) for line in entry.read_text().splitlines()]
+            actions = [json.loads(line) for line in entry.read_text().split("\n") if line.strip()]
             info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
             added = sum(a["add"]["size"] for a in actions if "add" in a)
             if info.get("operation") == "OPTIMIZE":

@@ -47,6 +47,7 @@ class LiveFiles:
         self.stats_columns = tuple(stats_columns)
         self.version = -1
         self.table = self._empty()
+        self.configuration: dict[str, str] = {}  # the table's properties (a change is a full read)
         self.full_reads = 0  # how often the whole snapshot was read (once, unless the log had a gap)
         self._lock = threading.Lock()  # the compactor's rounds and the table monitor share one view
 
@@ -96,6 +97,7 @@ class LiveFiles:
         table = open_table(self.table_uri)
         actions = pa.table(table.get_add_actions(flatten=True))
         self.table = self._from_actions(actions)
+        self.configuration = {k: v for k, v in table.metadata().configuration.items() if v is not None}
         self.version = table.version()
         self.full_reads += 1
         log.debug("live files of %s read from the snapshot at version %d (%s): %d files", self.table_uri,

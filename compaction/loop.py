@@ -51,6 +51,7 @@ from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
+from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.table import TableSpec
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class Compactor:
         if not log_exists(self.spec.uri):  # read-only: a missing table is an error, never created here
             raise TableNotFoundError(self.spec.uri)
         self.live = LiveFiles.of_config(config)
+        self._without_stats = WithoutStatsWarning(self.spec.uri, config.skipping_columns)
         self.store = SketchStore(t.path)
         self.index_spec = IndexSpec.from_config(config)
         self._shared_spark = spark
@@ -255,6 +257,13 @@ class Compactor:
         live = pc.is_in(wanted, value_set=files["path"]).to_numpy(zero_copy_only=False)
         return [p for p, ok in zip(paths, live, strict=True) if not ok]
 
+    def _stats_columns(self) -> tuple[str, ...]:
+        """The columns rewritten files carry stats for, as the table's properties choose them now."""
+        data_columns = [c.name for c in self.config.table.columns if c.name not in self.spec.partition_by]
+        configuration = self.live.configuration
+        self._without_stats.check(data_columns, configuration)
+        return stats_columns(data_columns, configuration)
+
     def compact_group(self, group: Group, sketches: BoundarySketches) -> GroupResult:
         cfg = self.config.compaction
         started = time.monotonic()
@@ -271,7 +280,8 @@ class Compactor:
         run_id = uuid.uuid4().hex[:12]
         spec = RewriteSpec(self.spec.uri, self.config.table.columns, self.spec.partition_by, layout,
                            target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}",
-                           storage=storage.resolved(self.config.storage))  # fmt: skip
+                           storage=storage.resolved(self.config.storage),
+                           stats_columns=self._stats_columns())  # fmt: skip
         try:
             written, engine = self._rewrite(group, spec)
         except _Stopped:

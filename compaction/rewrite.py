@@ -49,6 +49,7 @@ class RewriteSpec:
     target_files: int  # output files the group becomes (about its bytes / compaction.target_file_bytes)
     file_prefix: str  # "g<generation>-<run id>", see planner.file_run
     storage: StorageConfig = field(default_factory=StorageConfig)  # executors build their own filesystem
+    stats_columns: tuple[str, ...] | None = None  # the data columns output files carry stats for; None: all
 
 
 def _key_task(layout: ClusteringLayout, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -105,7 +106,8 @@ def _write_task(
                     name = f"part-{spec.file_prefix}-{token}-c{n:05d}.snappy.parquet"
                     n += 1
                     writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name),
-                                        data_schema(schema, spec.partition_by), partition)  # fmt: skip
+                                        data_schema(schema, spec.partition_by), partition,
+                                        spec.stats_columns)  # fmt: skip
                     current = (fid, piece)
                 next_cut = next((c for c in cuts if c > row), None)
                 stop = int(end) if next_cut is None else min(int(end), int(start) + next_cut - pos)

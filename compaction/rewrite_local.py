@@ -85,7 +85,7 @@ def rewrite_local(group: Group, spec: RewriteSpec, stop: threading.Event | None 
         start, end = slices[n]
         name = f"part-{spec.file_prefix}-{token}-c{n:05d}.snappy.parquet"
         writer = FileWriter(fs, root, data_file_path(spec.partition_by, group.partition_values, name), schema,
-                            group.partition_values)  # fmt: skip
+                            group.partition_values, spec.stats_columns)  # fmt: skip
         writer.write(table.slice(start, end - start))
         return writer.close()
 

@@ -8,7 +8,7 @@ files per commit). Both are normalised the conservative way before encoding:
 * timestamp maxima that are whole milli-seconds are widened by 999 µs: Delta readers and writers
   keep stats at milli-second precision and Delta-Spark truncates the maximum;
 * string maxima of ``STRING_TRUNCATION`` characters or more may be truncated prefixes (Delta-Spark
-  keeps 32 characters): they are widened to ``max + 0xFF``, above every string with that prefix;
+  and lakecluster keep 32 characters): they are widened to ``max + 0xFF``, above every string with that prefix;
 * float columns' stats are exact doubles of the stored values (a ``float`` column's JSON text is
   rounded to float32 first);
 * the log has no NaN counts: ``nan_count`` is null (unknown: NaN possible) unless the sync is told
@@ -31,9 +31,10 @@ import pyarrow.parquet as pq
 from lakecluster.index.encoding import PREFIX_END, encode_array, family, scale
 from lakecluster.parquet_files import HIVE_NULL, filesystem
 from lakecluster.schema import ColumnSpec, arrow_type
+from lakecluster.stats_columns import STRING_PREFIX
 from lakecluster.uris import data_file
 
-STRING_TRUNCATION = 32
+STRING_TRUNCATION = STRING_PREFIX
 
 ROW_SCHEMA = pa.schema([
     ("column", pa.string()), ("partition", pa.string()), ("file", pa.string()), ("deleted", pa.bool_()),

@@ -28,7 +28,9 @@ def read_commit(fs: Any, log_dir: str, version: int) -> list[dict] | None:
             text = f.read().decode()
     except FileNotFoundError:
         return None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    # Lines end at "\n" only: str.splitlines() also breaks at U+2028, U+0085, ..., which Delta
+    # writers leave unescaped inside strings (stats, partition values, user metadata).
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
 
 
 def commit_info(fs: Any, log_dir: str, version: int, chunk: int = 1 << 16) -> dict | None:

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -24,6 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from lakecluster.stats_columns import string_max, string_min
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 ROW_GROUP_ROWS = 128 * 1024
@@ -152,7 +154,10 @@ def _json_literal(value: Any) -> str | None:
         return json.dumps(_iso_utc(value))
     if isinstance(value, dt.date):
         return json.dumps(f"{value.year:04d}-{value.month:02d}-{value.day:02d}")
-    return json.dumps(value)
+    # Non-ASCII characters as UTF-8, as Delta-Spark (Jackson) writes them: DuckDB's Delta reader
+    # mis-reads an escaped surrogate pair (U+10FFFF, the tie-breaker of a cut max, as \udbff\udfff)
+    # and then skips files that hold the value a query asks for.
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _floor_ms(ts: dt.datetime) -> dt.datetime:
@@ -176,16 +181,18 @@ class StatsAccumulator:
     A file written in pieces gets the same stats as :func:`delta_stats` of all its rows, without
     holding them in memory. Timestamps are widened to whole milliseconds (min down, max up)
     because Delta readers parse stats at millisecond precision; a narrower range would let them
-    skip files wrongly. Strings are stored in full (Delta-Spark truncates to 32 characters; readers
-    accept both). Spark orders NaN above every number, so a column holding NaN keeps its minimum
-    (Arrow's, which skips NaN, is then the true one) and gets no maximum: ``x > 5`` reads the file,
-    ``x < 1`` may skip it. A column with an infinite bound gets no min/max at all.
+    skip files wrongly. String bounds keep 32 characters, as Delta-Spark's do (``stats_columns``).
+    Spark orders NaN above every number, so a column holding NaN keeps its minimum (Arrow's, which
+    skips NaN, is then the true one) and gets no maximum: ``x > 5`` reads the file, ``x < 1`` may
+    skip it. A column with an infinite bound gets no min/max at all. Only ``columns`` get stats
+    (all when None; see :func:`lakecluster.stats_columns.stats_columns`).
     """
 
-    def __init__(self, schema: pa.Schema) -> None:
+    def __init__(self, schema: pa.Schema, columns: Collection[str] | None = None) -> None:
         self.schema = schema
+        self.names = [n for n in schema.names if columns is None or n in columns]
         self.rows = 0
-        self.nulls = dict.fromkeys(schema.names, 0)
+        self.nulls = dict.fromkeys(self.names, 0)
         self.mins: dict[str, Any] = {}
         self.maxs: dict[str, Any] = {}
         self.unrepresentable: set[str] = set()
@@ -193,7 +200,7 @@ class StatsAccumulator:
 
     def update(self, table: pa.Table | pa.RecordBatch) -> None:
         self.rows += table.num_rows
-        for name in self.schema.names:
+        for name in self.names:
             column = table.column(name)
             self.nulls[name] += column.null_count
             if (name in self.unrepresentable or column.null_count == len(column)
@@ -212,8 +219,8 @@ class StatsAccumulator:
     def json(self) -> str:
         mins: list[str] = []
         maxs: list[str] = []
-        nulls = [f"{json.dumps(n)}:{self.nulls[n]}" for n in self.schema.names]
-        for name in self.schema.names:
+        nulls = [f"{json.dumps(n, ensure_ascii=False)}:{self.nulls[n]}" for n in self.names]
+        for name in self.names:
             if name in self.unrepresentable or name not in self.mins:
                 continue
             lo, hi = self.mins[name], self.maxs[name]
@@ -221,9 +228,11 @@ class StatsAccumulator:
                 lo, hi = _floor_ms(lo), _ceil_ms(hi)
                 if hi is None:  # no upper bound can be written: no bounds at all
                     continue
-            key = json.dumps(name)
+            elif isinstance(lo, str) and isinstance(hi, str):
+                lo, hi = string_min(lo), string_max(hi)
+            key = json.dumps(name, ensure_ascii=False)
             mins.append(f"{key}:{_json_literal(lo)}")
-            if name not in self.with_nan:
+            if name not in self.with_nan and hi is not None:  # None: a string max too long to cut
                 maxs.append(f"{key}:{_json_literal(hi)}")
         return (
             f'{{"numRecords":{self.rows},"minValues":{{{",".join(mins)}}},'
@@ -231,9 +240,9 @@ class StatsAccumulator:
         )
 
 
-def delta_stats(table: pa.Table) -> str:
+def delta_stats(table: pa.Table, columns: Collection[str] | None = None) -> str:
     """Delta per-file stats JSON of ``table`` (see :class:`StatsAccumulator`)."""
-    acc = StatsAccumulator(table.schema)
+    acc = StatsAccumulator(table.schema, columns)
     acc.update(table)
     return acc.json()
 
@@ -254,14 +263,15 @@ class FileWriter:
     """One Parquet data file written batch by batch, with its Delta stats; bounded memory."""
 
     def __init__(self, fs: pafs.FileSystem, root: str, rel: str, schema: pa.Schema,
-                 partition_values: dict[str, str | None]) -> None:  # fmt: skip
+                 partition_values: dict[str, str | None],
+                 stats_columns: Collection[str] | None = None) -> None:  # fmt: skip
         self.fs = fs
         self.full = f"{root}/{rel}"
         self.rel = rel
         self.partition_values = partition_values
         directory = self.full.rsplit("/", 1)[0]
         fs.create_dir(directory, recursive=True)
-        self.stats = StatsAccumulator(schema)
+        self.stats = StatsAccumulator(schema, stats_columns)
         self._writer = pq.ParquetWriter(self.full, schema, filesystem=fs, compression="snappy",
                                         coerce_timestamps="us", write_statistics=footer_statistics(schema))  # fmt: skip
 

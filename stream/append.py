@@ -49,12 +49,19 @@ class AppendTarget:
     def of(cls, spark: SparkSession, uri: str, ddl: str, partition_by: Sequence[str]) -> AppendTarget:
         return cls(uri, delta_txn.expected_fields(spark._jvm, ddl), tuple(partition_by))  # type: ignore[attr-defined]
 
-    def blocker(self, spark: SparkSession) -> str | None:
-        """Why the newest snapshot cannot take task-written files (None: it can)."""
+    def facts(self, spark: SparkSession) -> delta_txn.TableFacts:
+        """What the newest snapshot says about the table."""
         jvm: Any = spark._jvm  # type: ignore[attr-defined]
-        snapshot = _snapshot(spark, self.uri)
-        return delta_txn.append_blocker(delta_txn.TableFacts.of_transaction(jvm, snapshot), self.fields,
-                                        self.partition_by)  # fmt: skip
+        return delta_txn.TableFacts.of_transaction(jvm, _snapshot(spark, self.uri))
+
+    def blocker(self, facts: delta_txn.TableFacts) -> str | None:
+        """Why a snapshot with these facts cannot take task-written files (None: it can)."""
+        return delta_txn.append_blocker(facts, self.fields, self.partition_by)
+
+    @property
+    def data_columns(self) -> list[str]:
+        """The columns of its data files (partition values live in the log)."""
+        return [f["name"] for f in self.fields if f["name"] not in self.partition_by]
 
 
 @dataclass(frozen=True)

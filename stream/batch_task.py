@@ -153,8 +153,10 @@ class _TaskWriters:
         data = arrow_schema(spec.columns)
         data_schema = pa.schema([f for f in data if f.name not in files.partition_by])
         sort_key = KEY if spec.layout is not None else None
-        self.table = BufferedFiles(files.table_uri, files, data_schema, files.partition_by, sort_key)
-        self.quarantine = BufferedFiles(files.quarantine_uri, files, QUARANTINE_SCHEMA, (), None)
+        self.table = BufferedFiles(files.table_uri, files, data_schema, files.partition_by, sort_key,
+                                   files.table_stats_columns)  # fmt: skip
+        self.quarantine = BufferedFiles(files.quarantine_uri, files, QUARANTINE_SCHEMA, (), None,
+                                        files.quarantine_stats_columns)  # fmt: skip
 
     def add(self, valid: pa.Table, out: pa.Table) -> None:
         if self.files.write_table and valid.num_rows:

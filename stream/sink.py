@@ -35,6 +35,7 @@ from lakecluster.faults import crash_point
 from lakecluster.layout import ClusteringLayout
 from lakecluster.sketch_store import SketchStore, load_or_empty
 from lakecluster.sketches import ColumnSketch
+from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.stream import resume
 from lakecluster.stream.append import AppendBlocked, AppendTarget, commit_append
 from lakecluster.stream.batch_task import (
@@ -128,6 +129,8 @@ class StreamSink:
         self.quarantine: TableLog | None = None
         self._targets: tuple[AppendTarget, AppendTarget] | None = None
         self._blocked: str | None = None  # why Delta's writer writes the batches, when it must
+        self._stats_columns: dict[str, tuple[str, ...]] = {}  # table uri -> the columns with file stats
+        self._without_stats = WithoutStatsWarning(self.spec.uri, config.skipping_columns)
 
     def _committed(self, batch_txn: int) -> tuple[bool, bool]:
         """Whether the table and the quarantine already hold this txn version of the stream."""
@@ -206,7 +209,13 @@ class StreamSink:
         if self._targets is None:
             self._targets = (AppendTarget.of(self.spark, self.spec.uri, self.spec.ddl, self.spec.partition_by),
                              AppendTarget.of(self.spark, self.quarantine_uri, QUARANTINE_DDL, ()))  # fmt: skip
-        blockers = [t.blocker(self.spark) for t in self._targets[: 2 if self.is_kafka else 1]]
+        targets = self._targets[: 2 if self.is_kafka else 1]
+        facts = [t.facts(self.spark) for t in targets]
+        blockers = [t.blocker(f) for t, f in zip(targets, facts, strict=True)]
+        if all(b is None for b in blockers):
+            self._stats_columns = {t.uri: stats_columns(t.data_columns, f.configuration)
+                                   for t, f in zip(targets, facts, strict=True)}  # fmt: skip
+        self._without_stats.check(self._targets[0].data_columns, facts[0].configuration)
         reason = next((b for b in blockers if b is not None), None)
         if reason != self._blocked:
             if reason is not None:
@@ -226,6 +235,8 @@ class StreamSink:
             # Executors do not share the driver's AWS environment: they get the settings it resolved.
             storage=storage.resolved(self.config.storage), stream_id=self.start.stream_id, batch_id=batch_id,
             write_table=not done.table, write_quarantine=not done.quarantine,
+            table_stats_columns=self._stats_columns.get(table_target.uri),
+            quarantine_stats_columns=self._stats_columns.get(quarantine_target.uri),
         )  # fmt: skip
         spec = self._task_spec(sketch_done, files)
         out = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))

@@ -43,6 +43,8 @@ class TaskFiles:
     batch_id: int
     write_table: bool = True
     write_quarantine: bool = True
+    table_stats_columns: tuple[str, ...] | None = None  # columns with file stats; None: all
+    quarantine_stats_columns: tuple[str, ...] | None = None
 
 
 class BufferedFiles:
@@ -54,8 +56,9 @@ class BufferedFiles:
     """
 
     def __init__(self, uri: str, files: TaskFiles, schema: pa.Schema, partition_by: tuple[str, ...],
-                 sort_key: str | None) -> None:  # fmt: skip
+                 sort_key: str | None, stats_columns: tuple[str, ...] | None = None) -> None:  # fmt: skip
         self.uri = uri
+        self.stats_columns = stats_columns
         self.files = files
         self.schema = schema  # columns written, the sort key excluded
         self.partition_by = partition_by
@@ -88,7 +91,8 @@ class BufferedFiles:
             for start in range(0, part.num_rows, per_file):
                 name = f"part-{self._token}-c{self._count:04d}.snappy.parquet"
                 self._count += 1
-                writer = FileWriter(fs, root, data_file_path(self.partition_by, strings, name), self.schema, strings)
+                writer = FileWriter(fs, root, data_file_path(self.partition_by, strings, name), self.schema, strings,
+                                    self.stats_columns)  # fmt: skip
                 writer.write(part.slice(start, per_file).select(self.schema.names))
                 self.written.append(writer.close())
 

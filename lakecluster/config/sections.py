@@ -240,6 +240,13 @@ class Config:
         }
 
     @property
+    def skipping_columns(self) -> tuple[str, ...]:
+        """Columns the layout and the index skip files by: the clustering columns and the index's
+        requested ones (the services warn when the table's properties give them no file stats)."""
+        requested = self.index.columns if self.index.enabled else ()
+        return tuple(dict.fromkeys((*self.table.clustering_columns, *requested)))
+
+    @property
     def stream_home(self) -> str:
         """``<table>/_lakecluster/streams/<stream id>``: the stream's lease, sketches and default checkpoint."""
         return f"{self.table.path.rstrip('/')}/_lakecluster/streams/{self.stream_id}"

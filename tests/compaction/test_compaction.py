@@ -26,7 +26,8 @@ from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
 from lakecluster.stream.generator import GeneratorSettings, generate
 from lakecluster.stream.job import StreamJob
-from lakecluster.table import parse_user_metadata
+from lakecluster.stream.sink import table_spec
+from lakecluster.table import create_table, parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker
 from tests.stream import kafka_records as kr
@@ -216,6 +217,31 @@ def test_the_local_and_the_spark_rewrite_lay_out_the_same_files(spark, tmp_path:
         out[engine] = (sorted(f.num_records for f in written), row_multiset(pa.concat_tables(rows.values())))
     assert out["local"][0] == out["spark"][0] and len(out["local"][0]) >= 10
     assert out["local"][1] == out["spark"][1] == row_multiset(read_delta(table))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rewritten_files_follow_the_tables_stats_properties_as_they_change(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    config = generator_config(table, rows=8_000, per_batch=2_000, **{"table.partition_by": "[]", **ENGINES[engine]})
+    create_table(spark, table_spec(config), properties={"delta.dataSkippingNumIndexedCols": "2"})
+    fill(spark, config)
+    compactor = Compactor(config, spark=spark)
+
+    def stats_of_round() -> set[str]:
+        results = compactor.run_once()
+        assert results and all(r.result == "committed" for r in results)
+        adds = [e["add"] for r in results for e in log_entries(table, r.version) if "add" in e]
+        keys = [set(json.loads(a["stats"])[side]) for a in adds for side in ("minValues", "maxValues", "nullCount")]
+        assert all(k == keys[0] for k in keys)
+        return keys[0]
+
+    assert stats_of_round() == {"lo_orderkey", "lo_linenumber"}
+    columns = ", ".join(["lo_revenue", *config.table.clustering_columns])
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.dataSkippingStatsColumns' = '{columns}')")
+    fill(spark, generator_config(table, rows=4_000, per_batch=1_000, **{"table.partition_by": "[]",
+                                                                           "source.generator.seed": "7"}))  # fmt: skip
+    assert stats_of_round() == {"lo_revenue", *config.table.clustering_columns}
+    assert read_delta(table).num_rows == 12_000
 
 
 def test_a_group_the_local_rewrite_cannot_read_is_rewritten_by_spark(  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from deltalake import DeltaTable
 
 from lakecluster.delta_log import NetChanges, TableLog, commit_info, commits_after, log_exists
@@ -63,3 +64,17 @@ def test_net_changes_and_commit_info_read_from_the_json_commits(tmp_path: Path) 
     info = commit_info(fs, f"{path}/_delta_log", first + 2, chunk=7)  # a small chunk: lines cut across reads
     assert info is not None and info["operation"] == DeltaTable(root).history(1)[0]["operation"]
     assert commit_info(fs, f"{path}/_delta_log", first + 3) is None
+
+
+def test_a_line_separator_inside_a_string_of_a_commit_does_not_cut_the_action(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    append(table, batch(0, 10, seed=1), 0)
+    followed = TableLog(str(table), "test")
+    # Unicode line and paragraph separators and NEL: writers leave them unescaped in the stats
+    odd = batch(10, 10, seed=2).set_column(1, "city", pa.array(["a\u2028b", "c\u2029d", "e\x85f"] + ["x"] * 7))
+    append(table, odd, 1)
+    assert "\u2028".encode() in (table / "_delta_log" / f"{2:020d}.json").read_bytes(), "the test needs it raw"
+    changes = NetChanges.of(commits_after(str(table), 1))
+    assert {f"{table}/{p}" for p in changes.added} == set(DeltaTable(str(table)).file_uris()) - \
+        set(DeltaTable(str(table), version=1).file_uris())  # fmt: skip
+    assert followed.refresh() == 2 and followed.txn_version == 1 and followed.full_reads == 1

@@ -132,6 +132,34 @@ def test_write_in_tasks_off_writes_the_same_rows_with_deltas_writer(spark, tmp_p
     assert tables[True].sort_by(key).to_pylist() == tables[False].sort_by(key).to_pylist()
 
 
+def _stats_keys(table: Path) -> dict[str, set[str]]:
+    stats = [json.loads(a["add"]["stats"]) for c in _commits(table) for a in c if "add" in a]
+    assert stats
+    return {side: set().union(*(s[side] for s in stats)) for side in ("minValues", "maxValues", "nullCount")}
+
+
+@pytest.mark.parametrize("properties", [
+    {"delta.dataSkippingNumIndexedCols": "3"},
+    {"delta.dataSkippingStatsColumns": "lo_revenue, `C_CITY`"},
+])  # fmt: skip
+def test_task_files_carry_stats_for_the_columns_deltas_writer_picks(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path, properties: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = {}
+    for on in (True, False):
+        config = _generator_config(tmp_path, f"t_{on}", **{"stream.write_in_tasks": str(on).lower(),
+                                                           "source.generator.max_rows": "3000"})  # fmt: skip
+        create_table(spark, table_spec(config), properties=properties)
+        StreamJob(config, spark=spark, available_now=True).run()
+        keys[on] = _stats_keys(Path(config.table.path))
+    assert keys[True] == keys[False]
+    # The clustering columns the properties leave out are named, with what to do.
+    without = [c for c in config.table.clustering_columns if c not in keys[False]["minValues"]]
+    assert without, "the test needs clustering columns without stats"
+    warned = [r.getMessage() for r in caplog.records if "get no file stats" in r.getMessage()]
+    assert warned and all(", ".join(without) in w and "delta.dataSkippingStatsColumns" in w for w in warned)
+
+
 def test_an_append_whose_answer_is_lost_is_found_in_the_log_and_not_committed_again(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
