@@ -137,7 +137,6 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     create_table(spark, table_spec(config))  # the compactor opens the table the stream writes
     compactor = Compactor(config, spark=spark)
     goal_bytes = args.files * args.target_bytes
-    samples: list[tuple[float, float]] = []  # (files scanned, bound) after each compaction round
     # After each compaction round: micro-batches so far, N, files scanned / N^(2/3), WA so far.
     rounds: list[dict[str, float]] = []
     written = LogBytes(table)
@@ -156,7 +155,6 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
             done = compactor.compact_group(Group((), tuple(files), 1, "full re-cluster"), compactor.sketches())
             assert done.result == "committed", done
         mean, _, live_bytes = scanned(str(table))
-        samples.append((mean, (live_bytes / args.target_bytes) ** (2 / 3)))
         n = live_bytes / args.target_bytes
         rounds.append({"batches": state["batches"], "n": n, "x_bound": mean / n ** (2 / 3), "wa": written.update().wa})
         if live_bytes >= goal_bytes:
@@ -169,22 +167,29 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     mean, files, live_bytes = scanned(str(table))
     n = live_bytes / args.target_bytes
     written.update()
-    tail = samples[len(samples) // 2 :]
+    tail = rounds[len(rounds) // 2 :]
     return {
         "policy": policy.name, "batches": state["batches"], "files": files, "n": n,
         "scanned": mean, "x_bound": mean / n ** (2 / 3),
-        "x_bound_avg": float(np.mean([s / b for s, b in tail])) if tail else float("nan"),
+        "x_bound_avg": float(np.mean([r["x_bound"] for r in tail])) if tail else float("nan"),
         "wa": written.wa, "stream_files": written.stream_files, "seconds": seconds, "rounds": rounds,
     }  # fmt: skip
 
 
-def plot(results: list[dict], path: Path) -> bool:
+def _pyplot():  # type: ignore[no-untyped-def]
+    """matplotlib's pyplot without a display, None without the ``bench`` extra."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def plot(results: list[dict], path: Path) -> bool:
+    if (plt := _pyplot()) is None:
         return False
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for r in results:
@@ -203,12 +208,7 @@ def plot(results: list[dict], path: Path) -> bool:
 
 
 def plot_over_time(results: list[dict], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    if (plt := _pyplot()) is None:
         return False
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     for r in results:

@@ -7,7 +7,7 @@ files per commit). Both are normalised the conservative way before encoding:
 
 * timestamp maxima that are whole milli-seconds are widened by 999 µs: Delta readers and writers
   keep stats at milli-second precision and Delta-Spark truncates the maximum;
-* string maxima of ``STRING_TRUNCATION`` characters or more may be truncated prefixes (Delta-Spark
+* string maxima of ``STRING_PREFIX`` characters or more may be truncated prefixes (Delta-Spark
   and lakecluster keep 32 characters): they are widened to ``max + 0xFF``, above every string with that prefix;
 * float columns' stats are exact doubles of the stored values (a ``float`` column's JSON text is
   rounded to float32 first);
@@ -33,8 +33,6 @@ from lakecluster.parquet_files import HIVE_NULL, filesystem
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.stats_columns import STRING_PREFIX
 from lakecluster.uris import data_file
-
-STRING_TRUNCATION = STRING_PREFIX
 
 ROW_SCHEMA = pa.schema([
     ("column", pa.string()), ("partition", pa.string()), ("file", pa.string()), ("deleted", pa.bool_()),
@@ -66,7 +64,7 @@ def _normalise(col: ColumnSpec, lo: pa.Array, hi: pa.Array) -> tuple[pa.Array, p
         hi = pc.if_else(whole_ms, pc.add(micros, 999), micros).cast(pa.timestamp("us", tz="UTC"))
     enc_lo, enc_hi = encode_array(col, lo), encode_array(col, hi)
     if family(col) == "string" and len(hi):
-        maybe_cut = pc.greater_equal(pc.utf8_length(hi.cast(pa.string())), STRING_TRUNCATION)
+        maybe_cut = pc.greater_equal(pc.utf8_length(hi.cast(pa.string())), STRING_PREFIX)
         widened = pc.binary_join_element_wise(enc_hi, pa.scalar(PREFIX_END, pa.binary()), b"")
         enc_hi = pc.if_else(maybe_cut, widened, enc_hi)
     return enc_lo, enc_hi

@@ -154,9 +154,9 @@ def _json_literal(value: Any) -> str | None:
         return json.dumps(_iso_utc(value))
     if isinstance(value, dt.date):
         return json.dumps(f"{value.year:04d}-{value.month:02d}-{value.day:02d}")
-    # Non-ASCII characters as UTF-8, as Delta-Spark (Jackson) writes them: DuckDB's Delta reader
-    # mis-reads an escaped surrogate pair (U+10FFFF, the tie-breaker of a cut max, as \udbff\udfff)
-    # and then skips files that hold the value a query asks for.
+    # Non-ASCII characters as UTF-8, as Delta-Spark (Jackson) writes them: DuckDB's and delta-rs's
+    # Delta readers mis-read escaped surrogate pairs of the last planes (U+10FFFF, the tie-breaker
+    # of a cut max, as \udbff\udfff) and then skip files that hold the value a query asks for.
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -181,7 +181,7 @@ class StatsAccumulator:
     A file written in pieces gets the same stats as :func:`delta_stats` of all its rows, without
     holding them in memory. Timestamps are widened to whole milliseconds (min down, max up)
     because Delta readers parse stats at millisecond precision; a narrower range would let them
-    skip files wrongly. String bounds keep 32 characters, as Delta-Spark's do (``stats_columns``).
+    skip files wrongly. String bounds are cut as Delta-Spark cuts them (``stats_columns.string_max``).
     Spark orders NaN above every number, so a column holding NaN keeps its minimum (Arrow's, which
     skips NaN, is then the true one) and gets no maximum: ``x > 5`` reads the file, ``x < 1`` may
     skip it. A column with an infinite bound gets no min/max at all. Only ``columns`` get stats
