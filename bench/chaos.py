@@ -156,6 +156,7 @@ def check(table: Path, quarantine: Path, produced: int, retention_s: float, inde
     from lakecluster.config import load_config
     from lakecluster.index.spec import IndexSpec
     from lakecluster.index.sync import sync
+    from lakecluster.table import LakeTable
     from tests.conftest import duckdb_connection  # DuckDB with the delta extension from its wheel
     from tests.index.test_concurrency import problems
 
@@ -204,7 +205,7 @@ def check(table: Path, quarantine: Path, produced: int, retention_s: float, inde
     result.update(travel_versions=len(recent), travel_ok=travel_ok - len(failures), travel_failures=failures[:5])
 
     config = load_config(overrides=dict(a.removeprefix("--set=").split("=", 1) for a in index_base), environ={})
-    spec = IndexSpec.from_config(config)
+    spec = IndexSpec.of(LakeTable(config))
     sync(spec)
     result["index_problems"] = problems(spec, table)
     ops = Counter(h["operation"] for h in history)

@@ -109,13 +109,14 @@ def bench_stats(files: int, ncols: int, reads: int, sample: int, workdir: Path) 
 
     from lakecluster.index.spec import IndexSpec
     from lakecluster.index.sync import rebuild, store_for
+    from lakecluster.table import LakeTable
 
     root = workdir / "wide"
     (root / "_delta_log").mkdir(parents=True)
     started = time.perf_counter()
     log_bytes = synthetic_log(root, files, ncols)
     gen_s = time.perf_counter() - started
-    spec = IndexSpec(str(root), str(root / "_lakecluster" / "index"), max_columns=ncols)
+    spec = IndexSpec(LakeTable.at(str(root)), str(root / "_lakecluster" / "index"), max_columns=ncols)
     _, build_s, _ = timed(lambda: rebuild(spec))
     store = store_for(spec)
     manifest = store.manifest()
@@ -191,6 +192,7 @@ def bench_e2e(rows: int, workdir: Path) -> dict:
     from lakecluster.index.spec import IndexSpec
     from lakecluster.spark import get_session
     from lakecluster.stream.job import StreamJob
+    from lakecluster.table import LakeTable
     from tests.conftest import duckdb_connection
 
     table = workdir / "ssb"
@@ -206,7 +208,7 @@ def bench_e2e(rows: int, workdir: Path) -> dict:
     StreamJob(config, spark=spark, available_now=True).run()
     Compactor(config, spark=spark).run_once()
     build_s = time.perf_counter() - started
-    spec = IndexSpec.from_config(config)
+    spec = IndexSpec.of(LakeTable(config))
     con = duckdb_connection()
     everything = prune(spec, "d_year IS NOT NULL OR d_year IS NULL")
     out = [one_query(spark, con, spec, table, everything, where) for where in QUERIES]

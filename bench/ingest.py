@@ -25,8 +25,8 @@ from tests.services.kafka import KafkaBroker as Broker  # noqa: E402 - the launc
 
 
 def json_records(n: int) -> list[bytes]:
-    from lakecluster.ssb import SSB_COLUMNS
     from lakecluster.stream.generator import GeneratorSettings, generate
+    from lakecluster.stream.ssb import SSB_COLUMNS
 
     table = generate(0, n, GeneratorSettings(), SSB_COLUMNS).to_pandas()
     table["lo_revenue"] = table["lo_revenue"].astype(float)
@@ -94,7 +94,7 @@ def plain_spark(  # type: ignore[no-untyped-def]
     from pyspark.sql import functions as F
 
     from lakecluster.schema import spark_ddl
-    from lakecluster.ssb import SSB_COLUMNS
+    from lakecluster.stream.ssb import SSB_COLUMNS
 
     table = workdir / f"plain_{topic}_{run}"
     frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)

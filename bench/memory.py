@@ -47,8 +47,8 @@ def produce(bootstrap: str, topic: str, records: int) -> None:
     from lakecluster.config import SparkConfig
     from lakecluster.schema import spark_ddl
     from lakecluster.spark import get_session
-    from lakecluster.ssb import SSB_COLUMNS
     from lakecluster.stream.generator import GeneratorSettings, generate
+    from lakecluster.stream.ssb import SSB_COLUMNS
 
     chunk = 100_000
     settings = GeneratorSettings()

@@ -50,7 +50,7 @@ def _strings(values: np.ndarray) -> list[str]:
 def add_lines(paths: list[str], rng: np.random.Generator, size: int, rows: int) -> list[str]:
     """One ``{"add": ...}`` JSON line per path, stats on every SSB column; the clustering columns
     get narrow ranges (a clustered file), the others wide ones."""
-    from lakecluster.ssb import BRANDS, CATEGORIES, CITIES, NATIONS, REGIONS, SHIPMODES
+    from lakecluster.stream.ssb import BRANDS, CATEGORIES, CITIES, NATIONS, REGIONS, SHIPMODES
 
     n = len(paths)
 
@@ -98,7 +98,7 @@ def build_table(root: Path, files: int, rng: np.random.Generator) -> None:
     from deltalake import DeltaTable, write_deltalake
 
     from lakecluster.schema import arrow_schema
-    from lakecluster.ssb import SSB_COLUMNS
+    from lakecluster.stream.ssb import SSB_COLUMNS
 
     write_deltalake(str(root), arrow_schema(SSB_COLUMNS).empty_table())
     # Younger runs, as the tiered policy leaves them (fewer than merge_fanout per generation),
@@ -120,16 +120,16 @@ def write_sketches(root: Path, rng: np.random.Generator) -> None:
     clustering depth per column reads them)."""
     import pyarrow as pa
 
-    from lakecluster.sketch_store import SketchStore
     from lakecluster.sketches import BoundarySketches
-    from lakecluster.ssb import BRANDS, CITIES, SSB_COLUMNS
+    from lakecluster.stream.ssb import BRANDS, CITIES, SSB_COLUMNS
+    from lakecluster.table import LakeTable
 
     by_name = {c.name: c for c in SSB_COLUMNS}
     sketches = BoundarySketches.empty([by_name[c] for c in ("s_city", "c_city", "p_brand")])
     for name, values in (("s_city", CITIES), ("c_city", CITIES), ("p_brand", BRANDS)):
         sketches.sketches[name].update(pa.array(values[rng.integers(0, len(values), 100_000)], pa.string()))
     sketches.delta_version = 1
-    SketchStore(str(root)).write(sketches)
+    LakeTable.at(str(root)).sketches().write(sketches)
 
 
 def peak_rss_mb() -> float:
@@ -143,7 +143,8 @@ def measure(files: int, new_files: int, rounds: int, seed: int) -> dict:
     from lakecluster.index.prune import prune
     from lakecluster.index.spec import IndexSpec
     from lakecluster.index.sync import sync
-    from lakecluster.ssb import CITIES
+    from lakecluster.stream.ssb import CITIES
+    from lakecluster.table import LakeTable
 
     rng = np.random.default_rng(seed)
     out: dict = {"files": files}
@@ -158,7 +159,7 @@ def measure(files: int, new_files: int, rounds: int, seed: int) -> dict:
         compactor = Compactor(config)
         compactor.plan()
         out["open_s"] = time.perf_counter() - started
-        spec = IndexSpec.from_config(config)
+        spec = IndexSpec.of(LakeTable(config))
         started = time.perf_counter()
         sync(spec)
         out["index_build_s"] = time.perf_counter() - started

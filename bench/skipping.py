@@ -182,7 +182,7 @@ def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, work
 
     from lakecluster.compaction.loop import Compactor
     from lakecluster.config import load_config
-    from lakecluster.sketch_store import SketchStore
+    from lakecluster.table import LakeTable
 
     path = workdir / "lakecluster"
     shutil.copytree(source, path)
@@ -190,7 +190,7 @@ def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, work
     in_bytes = sum(pa.table(dt.get_add_actions(flatten=True))["size_bytes"].to_pylist())
     sketches = sketches_of(table)
     sketches.delta_version = dt.version()
-    SketchStore(str(path)).write(sketches)  # what the stream would have kept up to date
+    LakeTable.at(str(path)).sketches().write(sketches)  # what the stream would have kept up to date
     cfg_file = workdir / "lakecluster.toml"
     columns = [*(ColumnSpec(c, "string") for c in COLUMNS), ColumnSpec("lo_revenue", "long"),
                ColumnSpec("row_id", "long")]  # fmt: skip

@@ -3,7 +3,7 @@ same rows: as ingested, Delta ZORDER, Delta liquid clustering, lakecluster.
 
     python bench/ssb.py --scale-factor 1 --files 1000
 
-1. ``6,000,000 x SF`` rows of the full flattened SSB schema (``lakecluster.ssb.SSB_FULL_COLUMNS``,
+1. ``6,000,000 x SF`` rows of the full flattened SSB schema (``lakecluster.stream.ssb.SSB_FULL_COLUMNS``,
    the built-in generator, dbgen's distributions) written in generator order as ``--files`` files
    (what a stream leaves: every file holds every date, region and brand).
 2. Three copies rewritten, each by one method, on the same clustering columns (``--columns``) and
@@ -75,8 +75,8 @@ QUERIES = {
 }  # fmt: skip
 
 def batches(rows: int, scale_factor: float, batch_rows: int = 65_536):  # type: ignore[no-untyped-def]
-    from lakecluster.ssb import SSB_FULL_COLUMNS
     from lakecluster.stream.generator import GeneratorSettings, generate
+    from lakecluster.stream.ssb import SSB_FULL_COLUMNS
 
     settings = GeneratorSettings(scale_factor=scale_factor)
     for start in range(0, rows, batch_rows):
@@ -88,8 +88,8 @@ def write_ingested(path: Path, rows: int, files: int, scale_factor: float) -> in
     leaves them, and a checkpoint; returns their bytes."""
     from deltalake import DeltaTable, write_deltalake
 
-    from lakecluster.ssb import SSB_FULL_COLUMNS
     from lakecluster.stream.generator import GeneratorSettings, generate
+    from lakecluster.stream.ssb import SSB_FULL_COLUMNS
 
     settings = GeneratorSettings(scale_factor=scale_factor)
     per_file = -(-rows // files)
@@ -109,9 +109,9 @@ def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, col
 
     from lakecluster.compaction.loop import Compactor
     from lakecluster.config import load_config
-    from lakecluster.sketch_store import SketchStore
     from lakecluster.sketches import BoundarySketches
-    from lakecluster.ssb import SSB_FULL_COLUMNS
+    from lakecluster.stream.ssb import SSB_FULL_COLUMNS
+    from lakecluster.table import LakeTable
 
     shutil.copytree(source, path)
     by_name = {c.name: c for c in SSB_FULL_COLUMNS}
@@ -120,7 +120,7 @@ def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, col
         for c in columns:
             sketches.sketches[c].update(batch.column(c))
     sketches.delta_version = DeltaTable(str(path)).version()
-    SketchStore(str(path)).write(sketches)
+    LakeTable.at(str(path)).sketches().write(sketches)
     cfg_file = path.parent / "lakecluster.toml"
     cfg_file.write_text(compactor_config(path, SSB_FULL_COLUMNS, columns, target, in_bytes * 2, weights, round_cuts))
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
@@ -182,7 +182,7 @@ in the compactor's own process ("Rewrite profile" above).
 
 def render(command: str, layouts: list[tuple[str, int, float | None, dict]], args: argparse.Namespace,
            in_bytes: int, rows: int) -> str:  # fmt: skip
-    from lakecluster.ssb import SSB_FULL_COLUMNS
+    from lakecluster.stream.ssb import SSB_FULL_COLUMNS
 
     names = [label for label, *_ in layouts]
     head = "| query | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.ingest import write_section  # noqa: E402
-from lakecluster.ssb import BRANDS, CITIES  # noqa: E402
+from lakecluster.stream.ssb import BRANDS, CITIES  # noqa: E402
 
 COLUMNS = ("s_city", "c_city", "p_brand")
 POINTS = {"s_city": CITIES, "c_city": CITIES, "p_brand": BRANDS}
@@ -117,8 +117,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     from lakecluster.compaction.planner import Group, snapshot_files
     from lakecluster.config import load_config
     from lakecluster.stream.job import StreamJob
-    from lakecluster.stream.sink import table_spec
-    from lakecluster.table import create_table, open_table
+    from lakecluster.table import LakeTable, create_table
 
     table = workdir / f"policy-{POLICIES.index(policy)}"
     overrides = {
@@ -134,8 +133,9 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
         **policy.overrides,
     }  # fmt: skip
     config = load_config(overrides=overrides, environ={})
-    create_table(spark, table_spec(config))  # the compactor opens the table the stream writes
-    compactor = Compactor(config, spark=spark)
+    lake = LakeTable(config)
+    create_table(spark, lake.delta, lake.spec)  # the compactor opens the table the stream writes
+    compactor = Compactor(config, table=lake, spark=spark)
     goal_bytes = args.files * args.target_bytes
     # After each compaction round: micro-batches so far, N, files scanned / N^(2/3), WA so far.
     rounds: list[dict[str, float]] = []
@@ -151,7 +151,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
         if policy.kind == "tiered":
             compactor.run_once()
         elif policy.kind == "full" and state["rounds"] % policy.full_every == 0:
-            files, _ = snapshot_files(open_table(str(table)), ())
+            files, _ = snapshot_files(lake.delta.open(), ())
             done = compactor.compact_group(Group((), tuple(files), 1, "full re-cluster"), compactor.sketches())
             assert done.result == "committed", done
         mean, _, live_bytes = scanned(str(table))
@@ -161,7 +161,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
             state["stopping"] = True
             threading.Thread(target=job.request_stop, daemon=True).start()  # not from inside the batch
 
-    job = StreamJob(config, spark=spark, on_batch=after_batch)
+    job = StreamJob(config, table=lake, spark=spark, on_batch=after_batch)
     job.run()
     seconds = time.perf_counter() - started
     mean, files, live_bytes = scanned(str(table))

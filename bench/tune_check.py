@@ -99,9 +99,9 @@ def main() -> None:
     from lakecluster.compaction.tune import predict
     from lakecluster.compaction.workload import parse_workload
     from lakecluster.config import SparkConfig
-    from lakecluster.sketch_store import SketchStore
     from lakecluster.spark import get_session
     from lakecluster.stream.job import StreamJob
+    from lakecluster.table import LakeTable
 
     spark = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
     work = Path(tempfile.mkdtemp(prefix="lakecluster-tune-check-"))
@@ -125,7 +125,7 @@ def main() -> None:
         config = config_for(table, args.rows, args.batch_rows, **settings)
         dt = DeltaTable(str(table))
         files, actions = snapshot_files(dt, [])
-        sketches = SketchStore(str(table)).latest()
+        sketches = LakeTable.at(str(table)).sketches().latest()
         assert sketches is not None, "the stream wrote no sketches"
         predicted = predict(config, config.compaction, files, actions, sketches, dt.version())
         new_bytes = sum(f.size for f in files if f.generation == 0)

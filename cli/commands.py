@@ -10,10 +10,11 @@ import logging
 from typing import Any
 
 from lakecluster import metrics
+from lakecluster.cli.context import Context
 from lakecluster.cli.output import emit
 from lakecluster.config import Config, describe
-from lakecluster.errors import FatalServiceError, LakeclusterError
-from lakecluster.table import open_table
+from lakecluster.errors import FatalServiceError, LakeclusterError, TableNotFoundError
+from lakecluster.table import LakeTable
 
 
 def _serve_metrics(config: Config) -> None:
@@ -51,6 +52,19 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
+def _existing(table: LakeTable) -> LakeTable:
+    """The table, which must exist (read-only commands never create one): checked before Spark starts."""
+    if not table.delta.exists():
+        raise TableNotFoundError(table.uri)
+    return table
+
+
+def _index_sync(table: LakeTable) -> object:
+    from lakecluster.index.sync import sync
+
+    return sync(table)
+
+
 def _say(args: argparse.Namespace, line: str) -> None:
     """A service's start and stop line: printed, or logged beside JSON logs (stdout stays quiet)."""
     if getattr(args, "log_format", "text") == "json":
@@ -59,15 +73,16 @@ def _say(args: argparse.Namespace, line: str) -> None:
         _print(line)
 
 
-def stream(args: argparse.Namespace, config: Config) -> int:
+def stream(ctx: Context) -> int:
     """``lakecluster stream``: ingest until stopped (checks run in ``StreamJob.run`` before Spark)."""
     from lakecluster.stream.job import StreamJob, install_signal_handlers, progress_printer
 
+    args, config = ctx.args, ctx.config
     _serve_metrics(config)
-    source = config.source
-    what = "generator" if source.kind == "generator" else f"kafka {source.kafka.bootstrap_servers}"
-    _say(args, f"lakecluster stream: {what} -> {config.table.path} (Ctrl-C stops after the current batch)")
-    job = StreamJob(config, available_now=args.available_now, max_batches=args.max_batches)
+    _say(args, f"lakecluster stream: {ctx.source.describe()} -> {ctx.table.uri} (Ctrl-C stops after the current "
+               "batch)")  # fmt: skip
+    job = StreamJob(config, table=ctx.table, source=ctx.source, available_now=args.available_now,
+                    max_batches=args.max_batches, index_sync=_index_sync)  # fmt: skip
     if _progress(args, config):
         job.on_batch = progress_printer(lag=job.total_lag)
     install_signal_handlers(job)
@@ -77,12 +92,13 @@ def stream(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def compact(args: argparse.Namespace, config: Config) -> int:
+def compact(ctx: Context) -> int:
     """``lakecluster compact``: the table must exist (opened before anything else); ``--dry-run`` plans only."""
     from lakecluster.compaction.loop import Compactor, describe_plan
     from lakecluster.stream.job import install_signal_handlers
 
-    compactor = Compactor(config)
+    args, config = ctx.args, ctx.config
+    compactor = Compactor(config, table=ctx.table)
     if args.dry_run:
         the_plan = compactor.plan()
         data = {"table_version": the_plan.table_version, "groups": [
@@ -104,7 +120,7 @@ def compact(args: argparse.Namespace, config: Config) -> int:
         committed = sum(1 for res in results if res.result == "committed")
         print(f"lakecluster compact: {committed} group(s) committed, {conflicts} conflict(s)", flush=True)
         return 3 if conflicts else 0
-    _say(args, f"lakecluster compact: {config.table.path} every {config.compaction.interval_s:g}s "
+    _say(args, f"lakecluster compact: {ctx.table.uri} every {config.compaction.interval_s:g}s "
                "(Ctrl-C stops after the current group)")  # fmt: skip
     if _progress(args, config):
         compactor.on_progress = _print
@@ -112,8 +128,9 @@ def compact(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def run(args: argparse.Namespace, config: Config) -> int:
-    """The stream in the main thread, the compactor in a background thread, one SparkContext.
+def run(ctx: Context) -> int:
+    """The stream in the main thread, the compactor in a background thread, one SparkContext and
+    one table handle.
 
     Either one failing for good stops the other and the process exits non-zero.
     """
@@ -121,19 +138,21 @@ def run(args: argparse.Namespace, config: Config) -> int:
     from lakecluster.spark import get_session
     from lakecluster.stream.job import StreamJob, install_signal_handlers, preflight, progress_printer
 
+    args, config, table = ctx.args, ctx.config, ctx.table
     _serve_metrics(config)
-    preflight(config)  # an unwritable location, a schema mismatch, no broker: before Spark starts
-    spark = get_session(config.spark, config.storage, s3=config.uses_s3)
-    job = StreamJob(config, spark=spark, max_batches=args.max_batches)
+    preflight(table, ctx.source)  # an unwritable location, a schema mismatch, no broker: before Spark starts
+    spark = get_session(config.spark, config.storage, s3=table.uses_s3)
+    job = StreamJob(config, table=table, source=ctx.source, spark=spark, max_batches=args.max_batches,
+                    index_sync=_index_sync)  # fmt: skip
     progress = _progress(args, config)
     if progress:
         job.on_batch = progress_printer(lag=job.total_lag)
     compactor = BackgroundCompactor(config, spark, on_failure=lambda _: job.request_stop(), reloader=_reloader(args),
-                                    on_progress=_print if progress else None)  # fmt: skip
+                                    on_progress=_print if progress else None, table=table)  # fmt: skip
     job.on_started = compactor.start
     _on_sighup(compactor.request_reload)
     install_signal_handlers(job)
-    _say(args, f"lakecluster run: {config.source.kind} -> {config.table.path}, compacting every "
+    _say(args, f"lakecluster run: {ctx.source.describe()} -> {table.uri}, compacting every "
                f"{config.compaction.interval_s:g}s (Ctrl-C stops both)")  # fmt: skip
     try:
         reports = job.run()
@@ -148,13 +167,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def vacuum(args: argparse.Namespace, config: Config) -> int:
+def vacuum(ctx: Context) -> int:
     """``lakecluster vacuum``: the table and its quarantine table; ``--dry-run`` lists only."""
     from lakecluster.compaction.vacuum import check_whole_hours, vacuum_all
     from lakecluster.config import MIN_RETENTION_HOURS
     from lakecluster.spark import get_session
 
-    open_table(config.table.path)  # a missing table is an error before Spark starts
+    args, config = ctx.args, ctx.config
+    table = _existing(ctx.table)  # a missing table is an error before Spark starts
     hours = config.vacuum.retention_hours if args.retention is None else args.retention
     check_whole_hours(hours)
     force = args.force or config.vacuum.force
@@ -163,8 +183,8 @@ def vacuum(args: argparse.Namespace, config: Config) -> int:
             f"retention {hours:g} h is below {MIN_RETENTION_HOURS:g} h: files a running rewrite or a slow reader "
             "still needs could be deleted; add --force if you are sure"
         )
-    spark = get_session(config.spark, config.storage, s3=config.uses_s3).newSession()
-    reports = vacuum_all(spark, config, retention_hours=hours, force=force, dry_run=args.dry_run)
+    spark = get_session(config.spark, config.storage, s3=table.uses_s3).newSession()
+    reports = vacuum_all(spark, table, config.vacuum, retention_hours=hours, force=force, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     lines = []
     for r in reports:
@@ -177,21 +197,19 @@ def vacuum(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def show_config(args: argparse.Namespace, config: Config) -> int:
+def show_config(ctx: Context) -> int:
     """``lakecluster config``: the effective configuration, secrets redacted (JSON in both formats)."""
     import json
 
-    data = describe(config)
-    emit(data, json.dumps(data, indent=2), args.output)
+    data = describe(ctx.config)
+    emit(data, json.dumps(data, indent=2), ctx.output)
     return 0
 
 
-def boundaries(args: argparse.Namespace, config: Config) -> int:
+def boundaries(ctx: Context) -> int:
     """``lakecluster boundaries``: the newest boundary sketches of the clustering columns."""
-    from lakecluster.sketch_store import SketchStore
-
-    open_table(config.table.path)
-    latest = SketchStore(config.table.path).latest()
+    args, config = ctx.args, ctx.config
+    latest = _existing(ctx.table).sketches().latest()
     if latest is None:
         raise LakeclusterError("no boundary sketches yet: the stream writes them with every micro-batch")
     k = args.k or config.sketches.boundaries
@@ -213,14 +231,14 @@ def boundaries(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def index(args: argparse.Namespace, config: Config) -> int:
+def index(ctx: Context) -> int:
     """``lakecluster index sync|rebuild|show``: the column-stats index of an existing table."""
     from lakecluster.index.show import show
     from lakecluster.index.spec import IndexSpec
     from lakecluster.index.sync import rebuild, sync
 
-    open_table(config.table.path)
-    spec = IndexSpec.from_config(config)
+    args = ctx.args
+    spec = IndexSpec.of(_existing(ctx.table))
     if args.index_command in ("sync", "rebuild"):
         res = sync(spec) if args.index_command == "sync" else rebuild(spec)
         start = "" if res.from_version is None else f"{res.from_version} -> "
@@ -235,40 +253,39 @@ def index(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def explain(args: argparse.Namespace, config: Config) -> int:
+def explain(ctx: Context) -> int:
     """``lakecluster explain --where``: files a predicate must read, from the column-stats index."""
     from lakecluster.index.explain import explain as run_explain
     from lakecluster.index.explain import format_text
     from lakecluster.index.spec import IndexSpec
 
-    open_table(config.table.path)
-    rep = run_explain(IndexSpec.from_config(config), args.where, sync_first=not args.no_sync)
+    args = ctx.args
+    rep = run_explain(IndexSpec.of(_existing(ctx.table)), args.where, sync_first=not args.no_sync)
     emit(rep, format_text(rep), args.output)
     return 0
 
 
-def status(args: argparse.Namespace, config: Config) -> int:
+def status(ctx: Context) -> int:
     """``lakecluster status``: the table's health in one screen (``--json`` for scripts)."""
     from lakecluster.cli.status import format_text, table_status
 
-    data = table_status(config, lag_timeout_s=args.lag_timeout)
-    emit(data, format_text(data), args.output)
+    data = table_status(ctx.table, ctx.source, lag_timeout_s=ctx.args.lag_timeout)
+    emit(data, format_text(data), ctx.output)
     return 0
 
 
-def report(args: argparse.Namespace, config: Config) -> int:
+def report(ctx: Context) -> int:
     """``lakecluster report --out DIR``: the table's layout as an HTML page with plots."""
     from pathlib import Path
 
     from lakecluster.cli.report import write
 
-    open_table(config.table.path)  # a missing table is a one-line error
-    page = write(config, Path(args.out))
-    emit({"page": str(page)}, f"lakecluster report: {page}", args.output)
+    page = write(_existing(ctx.table), ctx.source, Path(ctx.args.out))  # a missing table is a one-line error
+    emit({"page": str(page)}, f"lakecluster report: {page}", ctx.output)
     return 0
 
 
-def tune(args: argparse.Namespace, config: Config) -> int:
+def tune(ctx: Context) -> int:
     """``lakecluster tune``: the planner replayed over the table for a grid of thresholds; with
     ``--queries``, candidate layouts scored on the workload's predicates."""
     from pathlib import Path
@@ -276,14 +293,15 @@ def tune(args: argparse.Namespace, config: Config) -> int:
     from lakecluster.cli.tune import advise, format_advice, format_text, write_page
     from lakecluster.cli.tune import tune as run_tune
 
+    args, table = ctx.args, ctx.table
     data: dict[str, object] = {}
     texts = []
     thresholds = workload = None
     if args.queries:
-        workload = data["workload"] = advise(config, args.queries, args.sample_rows)
+        workload = data["workload"] = advise(table, args.queries, args.sample_rows)
         texts.append(format_advice(workload))
     if args.grid or not args.queries:
-        thresholds = data["thresholds"] = run_tune(config, args.grid)
+        thresholds = data["thresholds"] = run_tune(table, args.grid)
         texts.append(format_text(thresholds))
     text = "\n\n".join(texts)
     if args.out:
@@ -294,23 +312,20 @@ def tune(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def produce(args: argparse.Namespace, config: Config) -> int:
+def produce(ctx: Context) -> int:
     """``lakecluster produce``: generator records as JSON into ``source.kafka.topics[0]`` until stopped."""
     import signal
     import threading
 
-    from lakecluster.stream.kafka import consumer, partitions
+    from lakecluster.stream.kafka_source import KafkaSource
     from lakecluster.stream.produce import produce as send
 
-    if config.source.kind != "kafka" or not config.source.kafka.topics:
+    args, config, source = ctx.args, ctx.config, ctx.source
+    if not isinstance(source, KafkaSource) or not source.settings.topics:
         raise LakeclusterError("produce needs source.kind = \"kafka\" and source.kafka.topics (the topic to fill)")
     if args.rate <= 0:
         raise LakeclusterError(f"--rate must be a positive number of records per second, got {args.rate}")
-    client = consumer(config.source.kafka)  # an unreachable broker or a missing topic: one line, now
-    try:
-        partitions(config.source.kafka, client)
-    finally:
-        client.close()
+    source.check()  # an unreachable broker or a missing topic: one line, now
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

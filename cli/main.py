@@ -15,15 +15,15 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from lakecluster import storage
 from lakecluster.cli import commands
+from lakecluster.cli.context import Context
 from lakecluster.cli.output import quiet_broken_pipe
-from lakecluster.config import Config, load_config, parse_overrides
+from lakecluster.config import load_config, parse_overrides
 from lakecluster.errors import ConfigError, LakeclusterError
 
 log = logging.getLogger("lakecluster")
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, Config], int]] = {
+COMMANDS: dict[str, Callable[[Context], int]] = {
     "stream": commands.stream,
     "compact": commands.compact,
     "run": commands.run,
@@ -163,9 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = parse_overrides(args.set)
         if args.debug:  # the JVM's own reports too, unless the configuration says otherwise
             overrides.setdefault("spark.log_level", '"warn"')
-        config = load_config(args.config, overrides=overrides)
-        storage.configure(config.storage)
-        return COMMANDS[args.command](args, config)
+        context = Context(args, load_config(args.config, overrides=overrides))
+        context.check()
+        return COMMANDS[args.command](context)
     except ConfigError as e:
         return _fail(args, e, f"configuration error: {e}", 2)
     except LakeclusterError as e:

@@ -1,9 +1,9 @@
 """``lakecluster status``: one screen about a table, read without Spark and without writing anything.
 
-Everything comes from what the services leave behind: the Delta log (files, sizes, history of
-appends, rewrites and vacuums), the boundary sketches (clustering depth per column, freshness),
-the column-stats index manifest (versions behind), the streams' recorded offsets (consumer lag,
-when the brokers answer within ``--lag-timeout``).
+It prints the table's state (:meth:`lakecluster.table.LakeTable.state`, the record the compactor's
+gauges show too), with the compaction backlog and the index's state, read from what the services
+leave behind (the Delta log, the boundary sketches, the index manifest), and, for a source that has
+it, the consumer lag when the brokers answer within ``--lag-timeout``.
 """
 
 from __future__ import annotations
@@ -11,133 +11,67 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-
-from lakecluster.compaction.planner import clustering_depth, plan_files, snapshot_files
-from lakecluster.config import Config
-from lakecluster.errors import LakeclusterError
-from lakecluster.index.store import IndexStore
-from lakecluster.sketch_store import SketchStore
-from lakecluster.table import open_table, parse_user_metadata
-
-HISTORY_LIMIT = 2000  # commits scanned back for the last rewrite, vacuum and stream commits
+from lakecluster.compaction.monitor import observe
+from lakecluster.plots import human_bytes
+from lakecluster.stream.source import Source
+from lakecluster.table import LakeTable, Operation, TableState
 
 
 def _seconds_ago(ms: int | None, now: float) -> float | None:
     return None if ms is None else round(now - ms / 1000, 1)
 
 
-def table_status(config: Config, *, lag_timeout_s: float = 5.0) -> dict[str, Any]:
-    """The status of ``config.table.path`` as plain data (the ``--json`` output)."""
-    now = time.time()
-    table = open_table(config.table.path)
-    version = table.version()
-    files, actions = snapshot_files(table, config.table.partition_by)
-    sizes = np.array([f.size for f in files], dtype=np.int64)
-    cfg = config.compaction
-    history = table.history(HISTORY_LIMIT)
-    last = {h.get("operation"): h for h in reversed(history)}  # newest entry of each operation
-    out: dict[str, Any] = {
-        "table": config.table.path,
-        "version": version,
-        "last_commit_seconds_ago": _seconds_ago(history[0].get("timestamp") if history else None, now),
-        "files": len(files),
-        "bytes": int(sizes.sum()),
-        "rows": sum(f.rows for f in files),
-        "small_files": int((sizes < cfg.min_file_bytes).sum()),
-        "file_bytes": _percentiles(sizes),
-    }
-
-    pending = plan_files(files, version, cfg)  # the files already read, not a second log read
-    out["compaction"] = {
-        "pending_groups": len(pending.groups),
-        "pending_bytes": sum(g.bytes for g in pending.groups),
-        "last_rewrite": _operation(last.get("OPTIMIZE"), now),
-    }
-    vacuum = last.get("VACUUM END")
-    out["vacuum"] = {"last_run": _operation(vacuum, now)}
-
-    sketches = SketchStore(config.table.path).latest()
-    columns = list(config.table.clustering_columns)
-    if sketches is None:
-        out["sketches"] = None
-        out["clustering"] = None
-    else:
-        out["sketches"] = {"delta_version": sketches.delta_version, "versions_behind": version - sketches.delta_version}
-        paths = [f.path for f in files]
-        k = config.sketches.boundaries
-        out["clustering"] = {
-            c: {"point_query_files": round(clustering_depth(actions, paths, sketches, c, k), 1)} for c in columns
-        }
-
-    out["index"] = _index_status(config, version)
-    out["streams"] = _streams(history, now)
-    if config.source.kind == "kafka":
-        out["lag"] = _lag(config, lag_timeout_s)
+def table_status(table: LakeTable, source: Source, *, lag_timeout_s: float = 5.0) -> dict[str, Any]:
+    """The status of the table as plain data (the ``--json`` output)."""
+    state = observe(table, table.config)
+    out = status_data(state, time.time())
+    lag = source.measure_lag(table, lag_timeout_s)
+    if lag is not None:
+        out["lag"] = lag
     return out
 
 
-def _percentiles(sizes: np.ndarray) -> dict[str, int]:
-    points = {"p10": 10, "p50": 50, "p90": 90, "max": 100}
-    return {name: int(np.percentile(sizes, p)) if len(sizes) else 0 for name, p in points.items()}
+def status_data(s: TableState, now: float) -> dict[str, Any]:
+    """The state as the status's plain data."""
+    backlog = s.backlog
+    out: dict[str, Any] = {
+        "table": s.uri,
+        "version": s.version,
+        "last_commit_seconds_ago": _seconds_ago(s.last_commit_ms, now),
+        "files": s.files,
+        "bytes": s.bytes,
+        "rows": s.rows,
+        "small_files": s.small_files,
+        "file_bytes": s.percentiles(),
+        "compaction": {
+            "pending_groups": backlog.groups if backlog else 0,
+            "pending_bytes": backlog.bytes if backlog else 0,
+            "last_rewrite": _operation(s.last_rewrite, now),
+        },
+        "vacuum": {"last_run": _operation(s.last_vacuum, now)},
+    }
+    if s.sketches_version is None:
+        out["sketches"] = out["clustering"] = None
+    else:
+        out["sketches"] = {"delta_version": s.sketches_version, "versions_behind": s.version - s.sketches_version}
+        out["clustering"] = {c: {"point_query_files": round(d, 1)} for c, d in (s.clustering or {}).items()}
+    idx = s.index
+    if idx is None:
+        out["index"] = None
+    elif idx.error is not None:
+        out["index"] = {"error": idx.error}
+    else:
+        behind = None if idx.version is None else s.version - idx.version
+        out["index"] = {"delta_version": idx.version, "versions_behind": behind}
+    out["streams"] = {stream: {"version": c.version, "seconds_ago": _seconds_ago(c.timestamp_ms, now)}
+                      for stream, c in sorted(s.streams.items(), key=lambda kv: -kv[1].version)}  # fmt: skip
+    return out
 
 
-def _operation(entry: dict | None, now: float) -> dict[str, Any] | None:
-    if entry is None:
+def _operation(op: Operation | None, now: float) -> dict[str, Any] | None:
+    if op is None:
         return None
-    return {"version": entry.get("version"), "seconds_ago": _seconds_ago(entry.get("timestamp"), now),
-            "metrics": entry.get("operationMetrics") or {}}  # fmt: skip
-
-
-def _index_status(config: Config, version: int) -> dict[str, Any] | None:
-    if not config.index.enabled:
-        return None
-    try:
-        manifest = IndexStore(config.index.resolved_path(config.table)).manifest()
-    except LakeclusterError as e:
-        return {"error": str(e)}
-    if manifest is None:
-        return {"delta_version": None, "versions_behind": None}
-    return {"delta_version": manifest.delta_version, "versions_behind": version - manifest.delta_version}
-
-
-def _streams(history: list[dict], now: float) -> dict[str, Any]:
-    """The newest commit of every stream the history names (its id is in the commit's metadata)."""
-    seen: dict[str, Any] = {}
-    for entry in history:  # newest first
-        meta = parse_user_metadata(entry.get("userMetadata"))
-        stream = meta.get("stream") if meta else None
-        if isinstance(stream, str) and stream not in seen:
-            seen[stream] = {"version": entry.get("version"), "seconds_ago": _seconds_ago(entry.get("timestamp"), now)}
-    return seen
-
-
-def _lag(config: Config, timeout_s: float) -> dict[str, Any]:
-    from dataclasses import replace
-
-    from lakecluster.stream import kafka
-    from lakecluster.stream.lag import measure, recorded_offsets
-
-    committed = recorded_offsets(config.table.path, config.stream_id) or {}
-    k = replace(config.source.kafka, connect_timeout_s=timeout_s)
-    try:
-        client = kafka.consumer(k)
-        try:
-            lags = measure(k, client, committed)
-        finally:
-            client.close()
-    except Exception as e:  # status reports what it can: an unreachable broker is one line of it
-        return {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-    return {"records": sum(lags.values()),
-            "partitions": {f"{t}/{p}": n for (t, p), n in sorted(lags.items())}}  # fmt: skip
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
+    return {"version": op.version, "seconds_ago": _seconds_ago(op.timestamp_ms, now), "metrics": dict(op.metrics)}
 
 
 def _ago(seconds: float | None) -> str:

@@ -14,17 +14,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from lakecluster import plots
 from lakecluster.compaction.advise import Candidate, Scored, WorkloadModel, recommend, sample_rows
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
 from lakecluster.compaction.workload import WorkloadError, parse_workload
-from lakecluster.config import Config
 from lakecluster.errors import ConfigError, LakeclusterError
-from lakecluster.sketch_store import SketchStore
-from lakecluster.table import open_table
-
-from .report import HEIGHT, PAD, WIDTH, _axes, _svg
-from .status import human_bytes
+from lakecluster.plots import human_bytes
+from lakecluster.table import LakeTable
 
 SHOWN_CANDIDATES = 12
 SHOWN_QUERIES = 20
@@ -49,10 +46,12 @@ def parse_axis(text: str) -> tuple[str, list[int]]:
     return key, out
 
 
-def tune(config: Config, axes_text: list[str]) -> dict[str, Any]:
+def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
+    """The grid of thresholds (``--grid``, default ``default_axes``) predicted on the table."""
+    config = lake.config
     axes = dict(parse_axis(a) for a in axes_text) if axes_text else default_axes(config.compaction)
-    table = open_table(config.table.path)
-    sketches = SketchStore(config.table.path).latest()
+    table = lake.delta.open()
+    sketches = lake.sketches().latest()
     if sketches is None:
         raise LakeclusterError("no boundary sketches yet: run the stream first (it writes them with every micro-batch)")
     files, actions = snapshot_files(table, config.table.partition_by)
@@ -69,7 +68,7 @@ def tune(config: Config, axes_text: list[str]) -> dict[str, Any]:
                      "bytes_rewritten": p.bytes_rewritten, "write_amplification": amplification,
                      "files_after": p.files_after, "point_query_files": p.point_query_files,
                      "current": all(getattr(cfg, k) == getattr(config.compaction, k) for k in axes)})  # fmt: skip
-    return {"table": config.table.path, "version": table.version(), "files": len(files), "new_bytes": new_bytes,
+    return {"table": lake.uri, "version": table.version(), "files": len(files), "new_bytes": new_bytes,
             "axes": axes, "current": {"settings": {k: current.settings[k] for k in axes},
                                       "point_query_files": current.point_query_files}, "grid": rows}  # fmt: skip
 
@@ -95,20 +94,14 @@ def format_text(data: dict[str, Any]) -> str:
 
 def grid_svg(data: dict[str, Any]) -> str:
     """A scatter of mean point-query files against MB rewritten, one dot per grid point."""
-    rows = data["grid"]
-    xs = [r["bytes_rewritten"] / 1e6 for r in rows]
-    ys = [sum(r["point_query_files"].values()) / max(len(r["point_query_files"]), 1) for r in rows]
-    x_top, y_top = max(xs, default=1.0) or 1.0, max(ys, default=1.0) or 1.0
-    plot_w, plot_h = WIDTH - PAD - 20, HEIGHT - 2 * PAD + 10
-    dots = []
-    for r, x, y in zip(rows, xs, ys, strict=True):
+    points = []
+    for r in data["grid"]:
+        x = r["bytes_rewritten"] / 1e6
+        y = sum(r["point_query_files"].values()) / max(len(r["point_query_files"]), 1)
         label = ", ".join(f"{k}={v:,}" for k, v in r["settings"].items())
-        cx, cy = PAD + x / x_top * plot_w * 0.95, HEIGHT - PAD - y / y_top * plot_h * 0.95
-        colour = "#e45756" if r["current"] else "#4c78a8"
-        dots.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="5" fill="{colour}"><title>{html.escape(label)}: '
-                    f'{x:,.1f} MB, {y:,.1f} files</title></circle>')  # fmt: skip
-    return _svg(_axes(HEIGHT, "MB the next round rewrites", "files a point query reads (mean of the columns)")
-                + "".join(dots), "tune")  # fmt: skip
+        points.append((x, y, f"{label}: {x:,.1f} MB, {y:,.1f} files", bool(r["current"])))
+    return plots.scatter(points, "tune", "MB the next round rewrites",
+                         "files a point query reads (mean of the columns)")  # fmt: skip
 
 
 def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str, Any] | None) -> Path:
@@ -129,15 +122,16 @@ def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str,
     return page
 
 
-def advise(config: Config, queries_path: str, sample_limit: int) -> dict[str, Any]:
+def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, Any]:
     """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table."""
+    config = lake.config
     try:
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise WorkloadError(f"cannot read the workload file {queries_path}: {e}") from None
     t = config.table
     queries = parse_workload(lines, t.columns)
-    table = open_table(t.path)
+    table = lake.delta.open()
     files, _ = snapshot_files(table, t.partition_by)
     used = {c for q in queries for c in q.columns}
     columns = [c.name for c in t.columns if c.name in used | set(t.clustering_columns) | set(t.partition_by)]
@@ -154,7 +148,7 @@ def advise(config: Config, queries_path: str, sample_limit: int) -> dict[str, An
                 "median_files_read": statistics.median(s.files_read), "max_files_read": max(s.files_read),
                 "files_read": [round(x, 1) for x in s.files_read]}  # fmt: skip
 
-    return {"table": t.path, "version": table.version(), "workload": queries_path, "queries": len(queries),
+    return {"table": lake.uri, "version": table.version(), "workload": queries_path, "queries": len(queries),
             "query_text": [q.text for q in queries], "sample_rows": sample.num_rows,
             "table_rows": sum(f.rows for f in files), "table_bytes": table_bytes,
             "target_file_bytes": config.compaction.target_file_bytes,
@@ -208,18 +202,5 @@ def advice_svg(data: dict[str, Any]) -> str:
     shown = data["candidates"][:SHOWN_CANDIDATES]
     if not any(c["current"] for c in shown):
         shown = [*shown, data["current"]]
-    top = max((c["mean_files_read"] for c in shown), default=1.0) or 1.0
-    bar_h = 18
-    height = PAD + bar_h * len(shown) + 20
-    bars = []
-    for i, c in enumerate(shown):
-        y = PAD / 2 + i * bar_h
-        w = (WIDTH - 2 * PAD - 220) * c["mean_files_read"] / top
-        colour = "#e45756" if c["current"] else "#4c78a8"
-        bars.append(f'<text x="4" y="{y + 13:.0f}" font-size="11">{html.escape(_layout(c))[:40]}</text>'
-                    f'<rect x="260" y="{y + 2:.0f}" width="{max(w, 1):.1f}" height="{bar_h - 4}" fill="{colour}">'
-                    f'<title>{html.escape(_layout(c))}: {c["mean_files_read"]:,.1f} files per query</title></rect>'
-                    f'<text x="{264 + w:.0f}" y="{y + 13:.0f}" font-size="11">'
-                    f'{c["mean_files_read"]:,.1f}</text>')  # fmt: skip
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" role="img" '
-            f'aria-label="workload">{"".join(bars)}</svg>')  # fmt: skip
+    return plots.hbars([_layout(c) for c in shown], [c["mean_files_read"] for c in shown],
+                       [bool(c["current"]) for c in shown], "workload", " files per query")  # fmt: skip

@@ -1,64 +1,64 @@
-"""Commit a rewrite atomically, beside a busy stream, and never twice — through Delta itself.
+"""A rewrite's commit: the group's inputs removed and its outputs added, atomically, beside a busy
+stream, never twice — a plan for the commit protocol (``lakecluster.commit``).
 
-One Delta transaction (delta-spark's ``OptimisticTransaction``, reached through py4j) removes the
-group's input files and adds the output files, all with ``dataChange=false``, as operation
-``OPTIMIZE`` with its operation metrics; lakecluster's own details (curve, columns, levels,
-generation, attempt id) go into ``userMetadata``. Delta's conflict checker does the rest: stream
-appends never conflict with it, a concurrent transaction that removed one of our input files makes
-it fail (``ConcurrentDeleteDeleteException``), and the LogStore makes the commit itself atomic
-between processes (``lakecluster/jvm/ConditionalCreateLogStore.java``).
+One Delta transaction removes the group's input files and adds the output files, all with
+``dataChange=false``, as operation ``OPTIMIZE`` with its operation metrics; lakecluster's own
+details (curve, columns, levels, generation, attempt id) go into ``userMetadata``. Delta's
+conflict checker does the rest: stream appends never conflict with it, a concurrent transaction
+that removed one of our input files makes it fail (``ConcurrentDeleteDeleteException``).
 
 Before committing, every output file must exist with the size its writer reported, and every input
 file must still be live in the snapshot the transaction starts from (Delta checks removes against
-concurrent commits, not against older ones). If the commit call fails in a way that leaves the
-outcome unknown (the log entry may have been written), the log is read for the attempt id before
-anything is decided: a rewrite that landed is never reported as failed, and output files are never
-deleted here — unreferenced files are vacuum's job, after the retention period.
+concurrent commits, not against older ones). A commit call that fails without saying whether it
+landed is resolved from the log by the attempt id; output files are never deleted here:
+unreferenced files are vacuum's job, after the retention period.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
-
-from lakecluster import delta_txn, storage
-from lakecluster.compaction.planner import Group
-from lakecluster.errors import CompactionConflictError, TableError
-from lakecluster.faults import fail_point
+from lakecluster import delta_txn
+from lakecluster.commit import Committed, Transaction, commit
+from lakecluster.compaction.planner import DataFile, Group
+from lakecluster.errors import CompactionConflictError
 from lakecluster.parquet_files import WrittenFile
-from lakecluster.table import METADATA_KEY, open_table, parse_user_metadata, user_metadata
+from lakecluster.table import DeltaLocation, parse_user_metadata
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _CONFLICTS = ("ConcurrentDeleteDeleteException", "ConcurrentDeleteReadException", "ConcurrentTransactionException",
               "MetadataChangedException", "ProtocolChangedException")  # fmt: skip
 
-
-@dataclass(frozen=True)
-class CommitResult:
-    version: int
-    attempt: str
-    resolved_from_log: bool = False  # the commit call failed, but the log shows it landed
+GoneSince = Callable[[int, Sequence[str]], list[str]]  # (version, paths) -> the paths not live at it
 
 
-def _remove_json(f: Any, now_ms: int) -> str:
+def _remove_json(f: DataFile, now_ms: int) -> str:
     return json.dumps({"remove": {
         "path": f.path, "deletionTimestamp": now_ms, "dataChange": False, "extendedFileMetadata": True,
         "partitionValues": dict(f.partition_values), "size": f.size,
     }})  # fmt: skip
 
 
-def verify_outputs(table_uri: str, written: Sequence[WrittenFile]) -> None:
+def live_at_version(location: DeltaLocation) -> GoneSince:
+    """``gone_since`` answered by a snapshot of the table at the version asked about."""
+
+    def gone(version: int, paths: Sequence[str]) -> list[str]:
+        actions = location.open(version).get_add_actions(flatten=True)
+        live = set(actions.column("path").to_pylist()) if actions.num_rows else set()
+        return [p for p in paths if p not in live]
+
+    return gone
+
+
+def verify_outputs(location: DeltaLocation, written: Sequence[WrittenFile]) -> None:
     """Every output file exists with the size its writer reported (or the rewrite is abandoned)."""
-    fs, root = storage.filesystem(table_uri)
-    infos = fs.get_file_info([f"{root}/{f.path}" for f in written])
+    infos = location.fs.get_file_info([f"{location.root}/{f.path}" for f in written])
     for f, info in zip(written, infos, strict=True):
         if info.size is None or info.size != f.size:
             raise CompactionConflictError(
@@ -67,98 +67,87 @@ def verify_outputs(table_uri: str, written: Sequence[WrittenFile]) -> None:
             )
 
 
-def _live_at(table_uri: str, version: int, paths: Sequence[str]) -> list[str]:
-    """Which of ``paths`` are not live at ``version``."""
-    table = open_table(table_uri, version=version)
-    actions = table.get_add_actions(flatten=True)
-    live = set(actions.column("path").to_pylist()) if actions.num_rows else set()
-    return [p for p in paths if p not in live]
-
-
-def find_attempt(table_uri: str, attempt: str, after_version: int) -> int | None:
-    """The version whose commit carries this attempt id, if one after ``after_version`` does."""
-    table = open_table(table_uri)
-    newer = table.version() - after_version
-    if newer <= 0:
-        return None
-    for entry in table.history(newer):
-        meta = parse_user_metadata(entry.get("userMetadata"))
-        if meta is not None and meta.get("attempt") == attempt:
-            return int(entry["version"])
-    return None
-
-
-def commit_rewrite(
-    spark: SparkSession,
-    table_uri: str,
-    group: Group,
-    written: Sequence[WrittenFile],
-    *,
-    metadata: Mapping[str, str],
-    zorder_by: Sequence[str] = (),
-    gone_since: Callable[[int, Sequence[str]], list[str]] | None = None,
-) -> CommitResult:
-    """Swap the group's files for ``written`` in one Delta transaction; returns the new version.
+@dataclass
+class RewriteCommit:
+    """The commit of one group's rewrite (a :class:`~lakecluster.commit.CommitPlan`).
 
     ``gone_since(version, paths)`` names the paths not live at ``version`` (answering from a later
-    version is conservative: a file removed since then is named too); by default a snapshot of the
-    table at the transaction's read version answers.
+    version is conservative: a file removed since then is named too).
     """
-    verify_outputs(table_uri, written)
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    assert jvm is not None
-    delta = jvm.org.apache.spark.sql.delta
-    attempt = uuid.uuid4().hex
-    delta_log = delta.DeltaLog.forTable(spark._jsparkSession, table_uri)  # type: ignore[attr-defined]
-    txn = delta_log.startTransaction()
-    read_version = int(txn.readVersion())
-    inputs = [f.path for f in group.files]
-    gone = gone_since(read_version, inputs) if gone_since is not None else _live_at(table_uri, read_version, inputs)
-    if gone:
-        raise CompactionConflictError(
-            f"{len(gone)} input file(s) of the group are no longer in the table at version {read_version} "
-            f"(another compactor rewrote them), e.g. {gone[0]}; the rewrite is abandoned"
-        )
-    now_ms = int(time.time() * 1000)
-    lines = [_remove_json(f, now_ms) for f in group.files]
-    lines += [delta_txn.add_json(f, now_ms, data_change=False) for f in written]
-    sizes = sorted(f.size for f in written) or [0]
-    delta_txn.register_metrics(spark, txn, {
-        "numRemovedFiles": len(group.files), "numAddedFiles": len(written),
-        "numRemovedBytes": sum(f.size for f in group.files), "numAddedBytes": sum(f.size for f in written),
-        "minFileSize": sizes[0], "maxFileSize": sizes[-1], "p50FileSize": sizes[len(sizes) // 2],
-        "p25FileSize": sizes[len(sizes) // 4], "p75FileSize": sizes[(3 * len(sizes)) // 4],
-    })  # fmt: skip
-    operation = getattr(delta, "DeltaOperations$Optimize")(
-        delta_txn.seq(jvm, []), delta_txn.seq(jvm, list(zorder_by)), False, jvm.scala.Option.empty(), False
-    )
-    meta_text = user_metadata(**dict(metadata), attempt=attempt)
-    previous = spark.conf.get("spark.databricks.delta.commitInfo.userMetadata", None)
-    # A transaction takes its userMetadata from this setting of the thread's active session; the
-    # compactor runs on its own session (SparkSession.newSession), so the stream's commits never
-    # pick it up.
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[attr-defined]
-    spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", meta_text)
-    try:
-        tags = delta_txn.scala_map(jvm, {METADATA_KEY + ".attempt": attempt})
-        version = int(txn.commit(delta_txn.actions(jvm, lines), operation, tags))
-        # The commit landed but its answer may not reach us (a connection reset): tests fail here.
-        fail_point("compaction_after_commit_call")
-        return CommitResult(version, attempt)
-    except Exception as e:
-        text = str(e)
-        first = delta_txn.first_line(text)
-        if any(name in text for name in _CONFLICTS):
-            raise CompactionConflictError(f"another commit conflicted with the rewrite: {first}") from None
-        landed = find_attempt(table_uri, attempt, read_version)
-        if landed is not None:
-            log.warning("commit call failed (%s) but attempt %s is in the log at version %d", first, attempt,
-                        landed)  # fmt: skip
-            return CommitResult(landed, attempt, resolved_from_log=True)
-        raise TableError(f"compaction commit to {table_uri} failed (nothing was committed): {first}") from e
-    finally:
-        if previous is None:
-            spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
-        else:
-            spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", previous)
 
+    location: DeltaLocation
+    group: Group
+    written: Sequence[WrittenFile]
+    details: Mapping[str, str]
+    gone_since: GoneSince
+    zorder_by: Sequence[str] = ()
+    attempt: str = field(default_factory=lambda: uuid.uuid4().hex)
+    fail_point: str = "compaction_after_commit_call"
+
+    @property
+    def what(self) -> str:
+        return f"rewrite attempt {self.attempt}"
+
+    def precheck(self, txn: Transaction) -> bool:
+        inputs = [f.path for f in self.group.files]
+        gone = self.gone_since(txn.read_version, inputs)
+        if gone:
+            raise CompactionConflictError(
+                f"{len(gone)} input file(s) of the group are no longer in the table at version {txn.read_version} "
+                f"(another compactor rewrote them), e.g. {gone[0]}; the rewrite is abandoned"
+            )
+        return True
+
+    def actions(self, now_ms: int) -> list[str]:
+        return [*(_remove_json(f, now_ms) for f in self.group.files),
+                *(delta_txn.add_json(f, now_ms, data_change=False) for f in self.written)]  # fmt: skip
+
+    def operation(self, jvm: Any) -> Any:
+        optimize = getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$Optimize")
+        return optimize(delta_txn.seq(jvm, []), delta_txn.seq(jvm, list(self.zorder_by)), False,
+                        jvm.scala.Option.empty(), False)  # fmt: skip
+
+    def metrics(self) -> dict[str, int]:
+        sizes = sorted(f.size for f in self.written) or [0]
+        return {"numRemovedFiles": len(self.group.files), "numAddedFiles": len(self.written),
+                "numRemovedBytes": self.group.bytes, "numAddedBytes": sum(f.size for f in self.written),
+                "minFileSize": sizes[0], "maxFileSize": sizes[-1], "p50FileSize": sizes[len(sizes) // 2],
+                "p25FileSize": sizes[len(sizes) // 4], "p75FileSize": sizes[(3 * len(sizes)) // 4]}  # fmt: skip
+
+    def metadata(self) -> dict[str, str]:
+        return {**self.details, "attempt": self.attempt}
+
+    def refused(self, text: str) -> Exception | None:
+        if any(name in text for name in _CONFLICTS):
+            return CompactionConflictError(f"another commit conflicted with the rewrite: {delta_txn.first_line(text)}")
+        return None
+
+    def landed_in(self, actions: Sequence[dict]) -> bool:
+        for action in actions:
+            info = action.get("commitInfo")
+            if isinstance(info, dict):
+                meta = parse_user_metadata(info.get("userMetadata"))
+                return meta is not None and meta.get("attempt") == self.attempt
+        return False
+
+
+def commit_rewrite(spark: SparkSession, location: DeltaLocation, group: Group, written: Sequence[WrittenFile], *,
+                   details: Mapping[str, str], gone_since: GoneSince | None = None,
+                   zorder_by: Sequence[str] = ()) -> Committed:  # fmt: skip
+    """Swap the group's files for ``written`` in one Delta transaction.
+
+    ``gone_since`` checks the inputs against the transaction's snapshot (default: a snapshot of
+    the table at its version; the compactor passes its live-file view).
+
+    Returns:
+        The committed version (``resolved_from_log`` when the call failed after it landed).
+
+    Raises:
+        CompactionConflictError: an output is missing, an input is gone, or a concurrent commit
+            conflicted; nothing was committed.
+        TableError: the commit failed for another reason (nothing was committed, or the log
+            could not tell).
+    """
+    verify_outputs(location, written)
+    plan = RewriteCommit(location, group, written, details, gone_since or live_at_version(location), zorder_by)
+    return commit(spark, plan)

@@ -23,17 +23,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from lakecluster import metrics, storage
+from lakecluster import metrics
 from lakecluster.compaction.commit import commit_rewrite
-from lakecluster.compaction.live_files import LiveFiles
 from lakecluster.compaction.monitor import TableMonitor
-from lakecluster.compaction.planner import Group, Plan, clustering_depth, plan_live
+from lakecluster.compaction.planner import Group, Plan, plan_live
 from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import RewriteStopped, rewrite_local
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
-from lakecluster.delta_log import log_exists
 from lakecluster.errors import (
     CompactionConflictError,
     FatalServiceError,
@@ -43,16 +41,14 @@ from lakecluster.errors import (
 )
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
-from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync as sync_index
-from lakecluster.layout import ClusteringLayout
+from lakecluster.layout import ClusteringLayout, clustering_depth
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
-from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
-from lakecluster.table import TableSpec
+from lakecluster.table import LakeTable
 
 log = logging.getLogger(__name__)
 
@@ -95,17 +91,29 @@ def thresholds(config: Config) -> dict[str, str]:
 
 
 class Compactor:
-    def __init__(self, config: Config, *, spark: SparkSession | None = None) -> None:
+    """The compaction service of one table: rounds of plan, rewrite and commit, vacuum on a schedule."""
+
+    def __init__(self, config: Config, *, table: LakeTable | None = None, spark: SparkSession | None = None) -> None:
+        """A compactor of ``config``'s table.
+
+        Args:
+            config: the validated configuration (its ``compaction`` and ``vacuum`` sections may be
+                reloaded later, see ``reload.py``).
+            table: the table's handle (default: one built from ``config``).
+            spark: a session whose SparkContext the compactor shares (default: its own, started on
+                first use).
+
+        Raises:
+            TableNotFoundError: there is no table (the compactor never creates one).
+        """
         self.config = config
-        storage.configure(config.storage)
-        t = config.table
-        self.spec = TableSpec.of_columns(t.path, t.columns, t.partition_by)
-        if not log_exists(self.spec.uri):  # read-only: a missing table is an error, never created here
-            raise TableNotFoundError(self.spec.uri)
-        self.live = LiveFiles.of_config(config)
-        self._without_stats = WithoutStatsWarning(self.spec.uri, config.skipping_columns)
-        self.store = SketchStore(t.path)
-        self.index_spec = IndexSpec.from_config(config)
+        self.table = table = table or LakeTable(config)
+        if not table.delta.exists():  # read-only: a missing table is an error, never created here
+            raise TableNotFoundError(table.uri)
+        self.spec = table.spec
+        self.live = table.live_files()
+        self._without_stats = WithoutStatsWarning(table.uri, config.skipping_columns)
+        self.store = table.sketches()
         self._shared_spark = spark
         self._spark: SparkSession | None = None
         self._stop = threading.Event()
@@ -116,7 +124,7 @@ class Compactor:
         self._job_group: str | None = None
         self._cancelled = threading.Event()  # the stop timeout passed mid-rewrite: abandon it, whatever Spark did
         self.last_vacuum: float | None = None  # the first round vacuums
-        self.monitor = TableMonitor(config, self.live)
+        self.monitor = TableMonitor(config, table)
         HEALTH.register(HEALTH_NAME)
         metrics.COMPACTION_THRESHOLDS.info(thresholds(config))
         # Every labelled series exists from the start, so rates and sums over them work at 0.
@@ -131,7 +139,7 @@ class Compactor:
         """The compactor's own session (shares the SparkContext of ``lakecluster run``): its SQL
         settings (a commit's userMetadata, vacuum's retention check) never reach the stream's."""
         if self._spark is None:
-            base = self._shared_spark or get_session(self.config.spark, self.config.storage, s3=self.config.uses_s3)
+            base = self._shared_spark or get_session(self.config.spark, self.config.storage, s3=self.table.uses_s3)
             self._spark = base.newSession()
         return self._spark
 
@@ -200,7 +208,7 @@ class Compactor:
         if not (idx.enabled and idx.sync_after_compaction):
             return
         try:
-            sync_index(self.index_spec)
+            sync_index(self.table)
         except Exception:
             log.warning("column-stats index sync failed (it is rebuilt on the next sync)", exc_info=True)
 
@@ -211,6 +219,15 @@ class Compactor:
     # -- one round --------------------------------------------------------------------------
 
     def run_once(self) -> list[GroupResult]:
+        """One round: sync the index, plan, and rewrite and commit each planned group.
+
+        Returns:
+            What became of each group (committed, conflict, skipped, abandoned).
+
+        Raises:
+            NoBoundariesError: there are groups but no boundary sketches yet.
+            LakeclusterError: a fault of storage, Spark or the commit (the service retries).
+        """
         metrics.COMPACTION_RUNS.inc()
         self.sync_index()
         the_plan = self.plan()
@@ -252,7 +269,7 @@ class Compactor:
         """Which ``paths`` are not live at the latest version (which is at least ``version``)."""
         latest, files = self.live.snapshot()
         if latest < version:
-            raise TableError(f"the log of {self.spec.uri} is at version {latest}, behind {version}")
+            raise TableError(f"the log of {self.table.uri} is at version {latest}, behind {version}")
         wanted = pa.array(list(paths), pa.string())
         live = pc.is_in(wanted, value_set=files["path"]).to_numpy(zero_copy_only=False)
         return [p for p, ok in zip(paths, live, strict=True) if not ok]
@@ -278,10 +295,9 @@ class Compactor:
             column_types=self.config.table.clustering_types(), round_cuts=cfg.round_cuts,
         )  # fmt: skip
         run_id = uuid.uuid4().hex[:12]
-        spec = RewriteSpec(self.spec.uri, self.config.table.columns, self.spec.partition_by, layout,
+        spec = RewriteSpec(self.table.uri, self.config.table.columns, self.spec.partition_by, layout,
                            target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}",
-                           storage=storage.resolved(self.config.storage),
-                           stats_columns=self._stats_columns())  # fmt: skip
+                           storage=self.table.storage_for_tasks(), stats_columns=self._stats_columns())  # fmt: skip
         try:
             written, engine = self._rewrite(group, spec)
         except _Stopped:
@@ -298,7 +314,7 @@ class Compactor:
         }  # fmt: skip
         metrics.COMPACTION_COMMIT_ATTEMPTS.inc()
         try:
-            result = commit_rewrite(self.spark, self.spec.uri, group, written, metadata=meta,
+            result = commit_rewrite(self.spark, self.table.delta, group, written, details=meta,
                                     zorder_by=self.config.table.clustering_columns,
                                     gone_since=self._gone_since)  # fmt: skip
         except CompactionConflictError as e:
@@ -374,11 +390,15 @@ class Compactor:
         interval = self.config.vacuum.interval_s
         if interval <= 0 or (self.last_vacuum is not None and time.monotonic() - self.last_vacuum < interval):
             return
-        vacuum_all(self.spark, self.config)
+        vacuum_all(self.spark, self.table, self.config.vacuum)
         self.last_vacuum = time.monotonic()  # after success: a failed vacuum is retried with the round
 
     def run_forever(self) -> None:
-        """Rounds every ``compaction.interval_s`` until stopped; raises FatalServiceError for good."""
+        """Rounds every ``compaction.interval_s`` (and vacuum every ``vacuum.interval_s``) until stopped.
+
+        Raises:
+            FatalServiceError: a fault retrying cannot fix, or ``retry.give_up_after_s`` passed.
+        """
         backoff = Backoff(self.config.retry)
         self.monitor.start()
         try:
@@ -429,8 +449,9 @@ class BackgroundCompactor:
     def __init__(self, config: Config, spark: SparkSession | None = None,
                  on_failure: Callable[[BaseException], None] | None = None,
                  reloader: ThresholdReloader | None = None,
-                 on_progress: Callable[[str], None] | None = None) -> None:  # fmt: skip
+                 on_progress: Callable[[str], None] | None = None, table: LakeTable | None = None) -> None:  # fmt: skip
         self.config = config
+        self.table = table
         self.spark = spark
         self.on_failure = on_failure
         self.reloader = reloader
@@ -442,7 +463,7 @@ class BackgroundCompactor:
 
     def _run(self) -> None:
         try:
-            self._compactor = Compactor(self.config, spark=self.spark)
+            self._compactor = Compactor(self.config, table=self.table, spark=self.spark)
             self._compactor.reloader = self.reloader
             self._compactor.on_progress = self.on_progress
             if self._stop.is_set():

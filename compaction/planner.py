@@ -24,13 +24,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from lakecluster.config import CompactionConfig
-from lakecluster.sketches import BoundarySketches
 
 _RUN_FILE = re.compile(r"part-g(\d+)-([0-9a-f]+)-")
 
@@ -103,11 +101,6 @@ def snapshot_files(table: DeltaTable, partition_by: Sequence[str]) -> tuple[list
         partition = tuple((name, parts[name][i]) for name in partition_by if name in parts)
         files.append(DataFile(path, int(sizes[i]), int(rows[i] or 0), partition, gen, run))
     return files, actions
-
-
-def plan(table: DeltaTable, partition_by: Sequence[str], cfg: CompactionConfig) -> Plan:
-    files, _ = snapshot_files(table, partition_by)
-    return plan_files(files, table.version(), cfg)
 
 
 def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: CompactionConfig) -> Plan:
@@ -206,27 +199,3 @@ def _fresh_group(partition: tuple, files: list[DataFile]) -> Group:
     if n_fresh < len(files):
         reason += f" + {len(files) - n_fresh} small file(s) of earlier runs"
     return Group(partition, tuple(files), 1, reason)
-
-
-def clustering_depth(actions: pa.Table, paths: Sequence[str] | None, sketches: BoundarySketches, column: str,
-                     k: int = 1024) -> float:  # fmt: skip
-    """Mean number of the given files (``None``: every file of ``actions``) whose [min, max] of
-    ``column`` holds a value (by depth).
-
-    The expected files a point query on ``column`` reads among these files; a well clustered set
-    of n files reaches about ``n / levels``, an unclustered one n.
-    """
-    if paths is None:
-        rows = actions
-    elif not paths:
-        return 0.0
-    else:
-        rows = actions.filter(pc.is_in(actions["path"], value_set=pa.array(list(paths), pa.string())))
-    if f"min.{column}" not in rows.column_names:
-        return float(rows.num_rows)
-    b = sketches.boundaries(column, k)
-    if len(b) == 0:
-        return float(rows.num_rows)
-    covered = b.mass(b.ranks(rows[f"min.{column}"]), b.ranks(rows[f"max.{column}"]))
-    no_stats = rows[f"min.{column}"].is_null().to_numpy(zero_copy_only=False)
-    return float(np.where(no_stats, 1.0, covered).sum())  # files without stats must be read

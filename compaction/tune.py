@@ -19,11 +19,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakecluster.compaction.planner import DataFile, clustering_depth, plan_files
+from lakecluster.compaction.planner import DataFile, plan_files
 from lakecluster.config import CompactionConfig, Config
 from lakecluster.config.validate import validate
 from lakecluster.errors import ConfigError
-from lakecluster.layout import ClusteringLayout
+from lakecluster.layout import ClusteringLayout, clustering_depth
 from lakecluster.sketches import BoundarySketches
 
 TUNABLE = ("target_file_bytes", "min_file_bytes", "max_group_bytes", "min_input_files", "merge_fanout",

@@ -16,14 +16,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
 
 from lakecluster import metrics, storage
-from lakecluster.config import Config
+from lakecluster.config import VacuumConfig
 from lakecluster.errors import RetentionError, TableNotFoundError
-from lakecluster.table import open_table, table_exists
-from lakecluster.uris import join, normalize
+from lakecluster.table import DeltaLocation, LakeTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,17 @@ class VacuumReport:
     paths: list[str] = field(default_factory=list)  # with dry_run: what would be deleted
 
 
-def vacuum(spark: SparkSession, table_uri: str, *, retention_hours: float, force: bool = False,
+def vacuum(spark: SparkSession, location: DeltaLocation, *, retention_hours: float, force: bool = False,
            dry_run: bool = False) -> VacuumReport:  # fmt: skip
-    """VACUUM one table (``spark`` should be a session of its own: settings are changed on it)."""
-    uri = normalize(table_uri)
+    """VACUUM one table (``spark`` should be a session of its own: settings are changed on it).
+
+    Raises:
+        RetentionError: the retention is not a whole number of hours.
+        TableNotFoundError: there is no table at ``location``.
+    """
+    uri = location.uri
     check_whole_hours(retention_hours)
-    if not table_exists(uri):
+    if not location.exists():
         raise TableNotFoundError(uri)
     started = time.monotonic()
     report = VacuumReport(uri, retention_hours, dry_run)
@@ -57,13 +63,12 @@ def vacuum(spark: SparkSession, table_uri: str, *, retention_hours: float, force
     if dry_run:
         report.paths = sorted(r[0] for r in spark.sql(statement).collect())
         report.files = len(report.paths)
-        fs, _ = storage.filesystem(uri)
-        infos = fs.get_file_info([storage.filesystem(p)[1] for p in report.paths]) if report.paths else []
+        infos = location.fs.get_file_info([storage.filesystem(p, location.storage)[1] for p in report.paths])
         report.bytes = sum(i.size or 0 for i in infos)
     else:
-        before = open_table(uri).version()
+        before = location.open().version()
         spark.sql(statement).collect()
-        report.files, report.bytes = _deleted(uri, before)
+        report.files, report.bytes = _deleted(location, before)
         metrics.VACUUM_RUNS.inc()
         metrics.VACUUM_FILES.inc(report.files)
         metrics.VACUUM_BYTES.inc(report.bytes)
@@ -83,9 +88,9 @@ def check_whole_hours(retention_hours: float) -> None:
                              "(Delta's VACUUM rounds it to whole hours: 0.4 h would become 0)")
 
 
-def _deleted(uri: str, before: int) -> tuple[int, int]:
+def _deleted(location: DeltaLocation, before: int) -> tuple[int, int]:
     """Files deleted (VACUUM END) and their bytes (VACUUM START) as Delta logged them after ``before``."""
-    table = open_table(uri)
+    table = location.open()
     files = size = 0
     for entry in table.history(max(1, table.version() - before)):
         m = entry.get("operationMetrics") or {}
@@ -96,18 +101,13 @@ def _deleted(uri: str, before: int) -> tuple[int, int]:
     return files, size
 
 
-def vacuum_all(spark: SparkSession, config: Config, *, retention_hours: float | None = None,
+def vacuum_all(spark: SparkSession, table: LakeTable, settings: VacuumConfig, *, retention_hours: float | None = None,
                force: bool | None = None, dry_run: bool = False) -> list[VacuumReport]:  # fmt: skip
-    """The table and, when it exists, its quarantine table."""
-    v = config.vacuum
-    hours = v.retention_hours if retention_hours is None else retention_hours
-    forced = v.force if force is None else force
-    reports = [vacuum(spark, config.table.path, retention_hours=hours, force=forced, dry_run=dry_run)]
-    quarantine = config.table.resolved_quarantine_path
-    if table_exists(quarantine):
-        reports.append(vacuum(spark, quarantine, retention_hours=hours, force=forced, dry_run=dry_run))
+    """The table and, when it exists, its quarantine table (``settings``: retention and force,
+    unless given)."""
+    hours = settings.retention_hours if retention_hours is None else retention_hours
+    forced = settings.force if force is None else force
+    reports = [vacuum(spark, table.delta, retention_hours=hours, force=forced, dry_run=dry_run)]
+    if table.quarantine.exists():
+        reports.append(vacuum(spark, table.quarantine, retention_hours=hours, force=forced, dry_run=dry_run))
     return reports
-
-
-def data_path(table_uri: str, rel: str) -> str:
-    return join(normalize(table_uri), rel)

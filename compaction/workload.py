@@ -1,6 +1,6 @@
 """A workload file: one WHERE clause per line, reduced to the predicates data skipping can use.
 
-Clauses are parsed by the where-clause language of ``lakecluster explain`` (index/predicate.py),
+Clauses are parsed by the where-clause language of ``lakecluster explain`` (``lakecluster.predicate``),
 so literals are typed by their column. A predicate skipping can use compares one column with
 constants: ``=``, ``IN``, ``BETWEEN``, ``<``/``<=``/``>``/``>=`` and ``LIKE 'prefix%'``. ``AND`` is
 split into its terms; an ``OR`` of equalities on one column becomes one ``IN``; anything else
@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lakecluster import predicate as P
 from lakecluster.errors import LakeclusterError, PredicateError
-from lakecluster.index import predicate as P
 from lakecluster.schema import ColumnSpec
 
 

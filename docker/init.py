@@ -13,6 +13,7 @@ from pyarrow import fs
 from lakecluster import storage
 from lakecluster.config import load_config
 from lakecluster.stream.kafka import client_kwargs
+from lakecluster.table import LakeTable
 
 
 def create_bucket(config_path: str) -> str:
@@ -21,7 +22,7 @@ def create_bucket(config_path: str) -> str:
     endpoint = urlsplit(s.endpoint or "https://s3.amazonaws.com")
     s3 = fs.S3FileSystem(region=s.region or "us-east-1", endpoint_override=endpoint.netloc, scheme=endpoint.scheme,
                          access_key=s.access_key_id, secret_key=s.secret_access_key, allow_bucket_creation=True)
-    bucket = config.table.path.removeprefix("s3://").split("/", 1)[0]
+    bucket = LakeTable(config).uri.removeprefix("s3://").split("/", 1)[0]
     if s3.get_file_info(bucket).type == fs.FileType.NotFound:
         s3.create_dir(bucket)
     return bucket

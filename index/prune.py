@@ -28,12 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster import metrics
+from lakecluster import predicate as P
 from lakecluster.errors import PredicateError, StatsIndexError
-from lakecluster.index import predicate as P
 from lakecluster.index.encoding import NAN_KEY, PREFIX_END, encode_value, exact_value, family, scale
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import is_current, store_for, sync
 from lakecluster.schema import ColumnSpec
+from lakecluster.table import LakeTable
 
 INVERSE = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 
@@ -263,9 +264,6 @@ class PruneResult:
     def bytes_candidate(self) -> int:
         return int(pc.sum(self.files["size_bytes"]).as_py() or 0)
 
-    @property
-    def skipped_fraction(self) -> float:
-        return 1 - self.files.num_rows / self.files_total if self.files_total else 0.0
 
 
 def evaluate(expr: P.Expr, indexed: Sequence[ColumnSpec], rows_by_column: dict[str, pa.Table],
@@ -280,13 +278,31 @@ def evaluate(expr: P.Expr, indexed: Sequence[ColumnSpec], rows_by_column: dict[s
     return np.logical_and.reduce(masks) if masks else np.ones(n, bool), masks
 
 
-def prune(table: IndexSpec | str, where: str, *, sync_first: bool = True) -> PruneResult:
-    """The files of ``table`` that may hold rows matching ``where``, and how many were skipped.
+def prune(target: IndexSpec | LakeTable | str, where: str, *, sync_first: bool = True) -> PruneResult:
+    """The files of a table that may hold rows matching ``where``, and how many were skipped.
 
     With ``sync_first`` (default) the index is first brought to the table's latest version: a
     file the index has not seen yet must never be skipped. Without it a stale index is an error.
+
+    Args:
+        target: the index; a table handle (its configured index); or a table's location (its
+            index with the default settings, under ``<table>/_lakecluster/index``).
+        where: a SQL where-clause over the table's columns (``lakecluster.predicate``).
+        sync_first: sync the index first (else a stale index raises).
+
+    Returns:
+        The files to read and, per top-level conjunct, the files it alone keeps.
+
+    Raises:
+        PredicateError: ``where`` does not parse or names an unknown column.
+        StatsIndexError: there is no index (``sync_first=False``), or it is behind the table.
     """
-    spec = IndexSpec.for_table(table) if isinstance(table, str) else table
+    if isinstance(target, str):
+        spec = IndexSpec.for_location(LakeTable.at(target))
+    elif isinstance(target, LakeTable):
+        spec = IndexSpec.of(target)
+    else:
+        spec = target
     if sync_first:
         sync(spec)
     elif not is_current(spec):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -17,7 +16,6 @@ from lakecluster.index.encoding import decode_array
 from lakecluster.index.prune import PruneResult
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import store_for
-from lakecluster.parquet_files import filesystem
 from lakecluster.schema import spark_ddl, spark_sql_type
 from lakecluster.spark import read_data_files
 
@@ -32,8 +30,7 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
     data_columns = tuple(c for c in columns if c.name not in manifest.partition_by)
     if result.files.num_rows == 0:
         return spark.createDataFrame([], spark_ddl(columns))
-    _fs, root = filesystem(spec.table_uri)
-    base = spec.table_uri.rstrip("/") if "://" in spec.table_uri else root
+    base = spec.table.uri
     values: dict[str, dict[str, object]] = defaultdict(dict)
     candidates = result.files["file"]
     by_name = {c.name: c for c in columns}
@@ -56,8 +53,3 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
     for df in frames[1:]:
         out = out.unionByName(df)
     return out
-
-
-def arrow_candidates(spec: IndexSpec, result: PruneResult) -> pa.Table:
-    """The candidate files' paths and sizes as an Arrow table (for non-Spark readers)."""
-    return result.files.select(["file", "partition", "size_bytes", "value_count"])

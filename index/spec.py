@@ -7,15 +7,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lakecluster.config import Config
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.store import GC_GRACE_S_DEFAULT
 from lakecluster.schema import ColumnSpec
+from lakecluster.table import LakeTable
 
 
 @dataclass(frozen=True)
 class IndexSpec:
-    table_uri: str
+    """The index of ``table``, kept under ``index_path`` with these settings."""
+
+    table: LakeTable
     index_path: str
     columns: tuple[str, ...] = ()  # requested columns; empty: every column up to max_columns
     clustering_columns: tuple[str, ...] = ()  # always indexed, and first
@@ -26,15 +28,21 @@ class IndexSpec:
     gc_grace_s: float = GC_GRACE_S_DEFAULT  # unreferenced index files are kept this long (store.py)
 
     @classmethod
-    def from_config(cls, config: Config) -> IndexSpec:
-        c, t = config.index, config.table
-        return cls(t.path, c.resolved_path(t), tuple(c.columns), tuple(t.clustering_columns), c.max_columns,
+    def of(cls, table: LakeTable) -> IndexSpec:
+        """The index the table's configuration (``[index]``, the clustering columns) describes."""
+        c, t = table.config.index, table.config.table
+        return cls(table, table.paths.index, tuple(c.columns), tuple(t.clustering_columns), c.max_columns,
                    c.row_group_rows, c.max_segments, c.nan_counts, c.gc_grace_s)  # fmt: skip
 
     @classmethod
-    def for_table(cls, table_uri: str) -> IndexSpec:
-        """Defaults for a table known only by its location (index under ``<table>/_lakecluster/index``)."""
-        return cls(table_uri, table_uri.rstrip("/") + "/_lakecluster/index")
+    def for_location(cls, table: LakeTable) -> IndexSpec:
+        """Defaults for a table known only by its location (``LakeTable.at``): no clustering
+        columns, the index under ``<table>/_lakecluster/index``."""
+        return cls(table, table.paths.index)
+
+    @property
+    def table_uri(self) -> str:
+        return self.table.uri
 
     def fingerprint(self) -> dict:
         """The settings an existing index must have been built with; a change means a rebuild."""

@@ -18,18 +18,19 @@ files per commit). Both are normalised the conservative way before encoding:
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from lakecluster.index.encoding import PREFIX_END, encode_array, family, scale
-from lakecluster.parquet_files import HIVE_NULL, filesystem
+from lakecluster.index.encoding import PREFIX_END, encode_array, family
+from lakecluster.log_stats import partition_array, typed_stat
+from lakecluster.parquet_files import HIVE_NULL
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.stats_columns import STRING_PREFIX
 from lakecluster.uris import data_file
@@ -153,46 +154,8 @@ def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mappi
 
 
 # ---------------------------------------------------------------------------------------------
-# The incremental source: add actions as they appear in the JSON commits.
-
-
-def typed_stat(col: ColumnSpec, value: Any, upper: bool) -> Any:
-    """A stats JSON value as a Python value of the column's type; None when it cannot be read
-    (then the bound is unknown, which only ever keeps a file)."""
-    if value is None:
-        return None
-    try:
-        if col.type == "string":
-            return value if isinstance(value, str) else None
-        if col.type == "boolean":
-            return value if isinstance(value, bool) else None
-        if col.type in ("int", "long"):
-            return int(value) if not isinstance(value, bool) and Decimal(value) == int(value) else None
-        if col.is_floating:
-            return float(value)
-        if col.decimal:
-            quantum = Decimal(1).scaleb(-scale(col))
-            return Decimal(value).quantize(quantum, rounding=ROUND_CEILING if upper else ROUND_FLOOR)
-        if col.type == "date":
-            return dt.date.fromisoformat(value)
-        if col.type == "timestamp":
-            ts = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            return ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
-    except (ValueError, TypeError, ArithmeticError):
-        return None
-    return None
-
-
-def partition_array(col: ColumnSpec, strings: list[str | None]) -> pa.Array:
-    """Typed partition values from the log's text; an empty string is null (Delta protocol)."""
-    tp = arrow_type(col)
-    strings = [None if s == "" else s for s in strings]
-    raw = pa.array(strings, pa.string())
-    if col.type == "timestamp":
-        return pa.array([None if s is None else typed_stat(col, s.replace(" ", "T"), False) for s in strings], tp)
-    if col.type == "boolean":
-        return pc.equal(pc.utf8_lower(raw), "true")
-    return raw.cast(tp)
+# The incremental source: add actions as they appear in the JSON commits (``log_stats`` decodes
+# their values, as it does for the compactor's live-file view).
 
 
 def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[ColumnSpec], partition_by: Sequence[str],
@@ -224,15 +187,16 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
     return index_rows(columns, partition_by, files, stats)
 
 
-def scan_nan_counts(table_uri: str, paths: Sequence[str], columns: Sequence[ColumnSpec]) -> dict[str, dict[str, int]]:
-    """NaN count per file and float column, read from the files themselves (``nan_counts = "scan"``).
+def scan_nan_counts(fs: pafs.FileSystem, root: str, paths: Sequence[str],
+                    columns: Sequence[ColumnSpec]) -> dict[str, dict[str, int]]:  # fmt: skip
+    """NaN count per file and float column, read from the files themselves (``nan_counts = "scan"``);
+    ``root`` is the table's directory in ``fs``.
 
     Reads only the float columns of each file; one loop per file, vectorised inside.
     """
     floats = [c.name for c in columns if family(c) == "float"]
     if not floats or not paths:
         return {}
-    fs, root = filesystem(table_uri)
     out: dict[str, dict[str, int]] = {}
     for path in paths:
         pf = pq.ParquetFile(fs.open_input_file(data_file(root, path)))

@@ -43,7 +43,6 @@ from pyarrow import fs as pafs
 
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.stats import KEY, ROW_SCHEMA, empty_rows
-from lakecluster.parquet_files import filesystem
 from lakecluster.schema import ColumnSpec
 
 FORMAT = 1
@@ -105,12 +104,14 @@ class ColumnRead:
 
 
 class IndexStore:
-    """The index under ``path``. A store reads the data files of the manifest it last returned from
-    :meth:`manifest` (or published): a caller that looked at the manifest gets exactly its rows."""
+    """The index under ``path`` (``root`` inside ``fs``). A store reads the data files of the manifest it
+    last returned from :meth:`manifest` (or published): a caller that looked at the manifest gets
+    exactly its rows."""
 
-    def __init__(self, path: str, *, row_group_rows: int = 16_384, gc_grace_s: float = GC_GRACE_S_DEFAULT) -> None:
+    def __init__(self, path: str, fs: pafs.FileSystem, root: str, *, row_group_rows: int = 16_384,
+                 gc_grace_s: float = GC_GRACE_S_DEFAULT) -> None:  # fmt: skip
         self.path = path.rstrip("/")
-        self.fs, self.root = filesystem(self.path)
+        self.fs, self.root = fs, root.rstrip("/")
         self.row_group_rows = row_group_rows
         self.gc_grace_s = gc_grace_s
         self._pinned: Manifest | None = None

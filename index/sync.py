@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from lakecluster import metrics
-from lakecluster.delta_log import LogGap, NetChanges, commits_after
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.spec import IndexSpec, table_columns
 from lakecluster.index.stats import from_add_actions, from_log_actions, partition_keys, scan_nan_counts, tombstones
 from lakecluster.index.store import IndexFilesMissing, IndexStore, Manifest
-from lakecluster.table import open_table
+from lakecluster.log_stats import partition_array
+from lakecluster.table import IndexState, LakeTable, LogGap, NetChanges
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +49,50 @@ for _mode in SYNC_MODES:  # every series from the start: rates over them work at
 
 
 def store_for(spec: IndexSpec) -> IndexStore:
-    return IndexStore(spec.index_path, row_group_rows=spec.row_group_rows, gc_grace_s=spec.gc_grace_s)
+    fs, root = spec.table.filesystem(spec.index_path)
+    return IndexStore(spec.index_path, fs, root, row_group_rows=spec.row_group_rows, gc_grace_s=spec.gc_grace_s)
 
 
-def rebuild(spec: IndexSpec, reason: str = "requested") -> SyncResult:
-    """Build the index from scratch from the table's current snapshot."""
+def _spec(target: IndexSpec | LakeTable) -> IndexSpec:
+    return target if isinstance(target, IndexSpec) else IndexSpec.of(target)
+
+
+def index_state(table: LakeTable) -> IndexState:
+    """What the table's index says about itself (its version, files, entries), for the table's state."""
+    store = store_for(IndexSpec.of(table))
+    try:
+        manifest = store.manifest()
+    except StatsIndexError as e:
+        return IndexState(error=str(e))
+    if manifest is None:
+        return IndexState()
+    return IndexState(manifest.delta_version, len(manifest.segments) + (1 if manifest.base else 0),
+                      store.entries(manifest))  # fmt: skip
+
+
+def rebuild(target: IndexSpec | LakeTable, reason: str = "requested") -> SyncResult:
+    """Build the index from scratch from the table's current snapshot.
+
+    Args:
+        target: the index, or a table (then its configured index, ``IndexSpec.of``).
+        reason: why, for the log line and the result.
+
+    Returns:
+        What was built (``published`` False: a concurrent sync got a newer index in first).
+
+    Raises:
+        TableNotFoundError: there is no table.
+    """
+    spec = _spec(target)
     started = time.monotonic()
-    table = open_table(spec.table_uri)
+    table = spec.table.delta.open()
     columns = table_columns(pa.schema(table.schema().to_arrow()))
     partition_by = list(table.metadata().partition_columns)
     indexed = spec.indexed(columns, partition_by)
     actions = pa.table(table.get_add_actions(flatten=True))
     nans = None
     if spec.nan_counts == "scan":
-        nans = scan_nan_counts(spec.table_uri, actions["path"].to_pylist(), indexed)
+        nans = scan_nan_counts(spec.table.delta.fs, spec.table.delta.root, actions["path"].to_pylist(), indexed)
     rows = from_add_actions(actions, indexed, partition_by, nans)
     manifest = Manifest(table.version(), [{"name": c.name, "type": c.type} for c in columns],
                         [c.name for c in indexed], partition_by, spec.fingerprint())  # fmt: skip
@@ -77,7 +107,7 @@ def rebuild(spec: IndexSpec, reason: str = "requested") -> SyncResult:
 
 def pending_commits(spec: IndexSpec, manifest: Manifest) -> list[list[dict]]:
     """The commits after the index's version, in order; :class:`LogGap` when one is missing."""
-    return commits_after(spec.table_uri, manifest.delta_version)
+    return spec.table.delta.commits_after(manifest.delta_version)
 
 
 def is_current(spec: IndexSpec) -> bool:
@@ -90,9 +120,22 @@ def is_current(spec: IndexSpec) -> bool:
         return False
 
 
-def sync(spec: IndexSpec) -> SyncResult:
-    """Bring the index to the table's latest version (incrementally when it can)."""
-    result = _sync(spec)
+def sync(target: IndexSpec | LakeTable) -> SyncResult:
+    """Bring the index to the table's latest version: the new commits' adds and removes as a
+    segment, or a rebuild when there is no index, it is unreadable, its settings changed, or a
+    commit it needs is gone from the log.
+
+    Args:
+        target: the index, or a table (then its configured index, ``IndexSpec.of``).
+
+    Returns:
+        How it synced (current, incremental, rebuild), from and to which version, files added
+        and removed.
+
+    Raises:
+        TableNotFoundError: there is no table.
+    """
+    result = _sync(_spec(target))
     metrics.INDEX_SYNC_SECONDS.labels(result.mode).observe(result.seconds)
     return result
 
@@ -120,7 +163,8 @@ def _sync(spec: IndexSpec) -> SyncResult:
         return rebuild(spec, f"a commit could not be read: {e}")
     indexed = manifest.indexed_columns()
     added, removed = changes.added, changes.removed
-    nans = scan_nan_counts(spec.table_uri, list(added), indexed) if spec.nan_counts == "scan" else None
+    delta = spec.table.delta
+    nans = scan_nan_counts(delta.fs, delta.root, list(added), indexed) if spec.nan_counts == "scan" else None
     adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, nans)
     dead = tombstones(indexed, _removed_keys(removed, manifest))
     version = manifest.delta_version + len(commits)
@@ -138,8 +182,6 @@ def _removed_keys(removed: dict[str, dict], manifest: Manifest) -> list[tuple[st
     if not removed:
         return []
     by_name = {c.name: c for c in manifest.columns()}
-    from lakecluster.index.stats import partition_array
-
     values = {p: partition_array(by_name[p], [(r.get("partitionValues") or {}).get(p) for r in removed.values()])
               for p in manifest.partition_by}  # fmt: skip
     keys = partition_keys(values, manifest.partition_by, len(removed)).to_pylist()

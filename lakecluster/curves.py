@@ -118,11 +118,6 @@ def curve_key(curve: Curve, coords: Sequence[np.ndarray], bits: Sequence[int]) -
     raise ValueError(f"unknown curve {curve!r}; known: {', '.join(CURVES)}")
 
 
-def key_to_int(key: np.ndarray) -> list[int]:
-    """Keys as Python integers (tests, debugging)."""
-    return [int.from_bytes(row.tobytes(), "big") for row in key]
-
-
 def key_array(key: np.ndarray) -> pa.FixedSizeBinaryArray:
     """Key bytes as an Arrow column (sortable in Arrow and Spark)."""
     n, width = key.shape

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING, Any
 
 from lakecluster.parquet_files import WrittenFile
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # Writer features an append of plain Parquet files with full stats honours as it is. The features
 # that change what a data file must hold (column mapping, constraints, generated, identity and

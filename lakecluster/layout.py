@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakecluster.curves import Curve, bits_for, curve_key
 from lakecluster.cuts import Unit, level_cuts, unit_of
@@ -163,3 +164,44 @@ def assign_files(cell_rows: Sequence[int], target_rows: int, *, min_fill: float 
 def pieces(rows: int, target_rows: int) -> int:
     """How many files a run of ``rows`` rows becomes: about ``target_rows`` each, never one giant."""
     return max(1, round(rows / max(target_rows, 1)))
+
+
+def clustering_depth(actions: pa.Table, paths: Sequence[str] | None, sketches: BoundarySketches, column: str,
+                     k: int = 1024) -> float:  # fmt: skip
+    """Mean number of the given files (``None``: every file of ``actions``) whose [min, max] of
+    ``column`` holds a value (by depth).
+
+    The expected files a point query on ``column`` reads among these files; a well clustered set
+    of n files reaches about ``n / levels``, an unclustered one n.
+    """
+    if paths is None:
+        rows = actions
+    elif not paths:
+        return 0.0
+    else:
+        rows = actions.filter(pc.is_in(actions["path"], value_set=pa.array(list(paths), pa.string())))
+    if f"min.{column}" not in rows.column_names:
+        return float(rows.num_rows)
+    b = sketches.boundaries(column, k)
+    if len(b) == 0:
+        return float(rows.num_rows)
+    covered = b.mass(b.ranks(rows[f"min.{column}"]), b.ranks(rows[f"max.{column}"]))
+    no_stats = rows[f"min.{column}"].is_null().to_numpy(zero_copy_only=False)
+    return float(np.where(no_stats, 1.0, covered).sum())  # files without stats must be read
+
+
+def file_ranges(files: pa.Table, sketches: BoundarySketches, column: str, k: int = 1024) -> tuple[np.ndarray, ...]:
+    """Each file's ``[min, max]`` of ``column`` placed by the share of rows below it (0 to 1), by
+    the column's boundaries: narrow ranges stacked along the diagonal are a well clustered layout.
+    A file without stats for the column spans 0 to 1 (every query on it reads the file); no
+    boundaries yet: empty arrays."""
+    if f"min.{column}" not in files.column_names or column not in sketches.sketches:
+        return np.zeros(0), np.zeros(0)
+    b = sketches.boundaries(column, k)
+    if len(b) == 0:
+        return np.zeros(0), np.zeros(0)
+    zero = np.zeros(files.num_rows, dtype=np.int64)
+    lo = b.mass(zero, b.ranks(files[f"min.{column}"]) - 1)
+    hi = b.mass(zero, b.ranks(files[f"max.{column}"]))
+    unknown = files[f"min.{column}"].is_null().to_numpy(zero_copy_only=False)
+    return np.where(unknown, 0.0, lo), np.where(unknown, 1.0, hi)

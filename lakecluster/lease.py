@@ -24,6 +24,7 @@ import uuid
 from typing import IO, Any
 
 from lakecluster import storage
+from lakecluster.config import StorageConfig
 from lakecluster.errors import LeaseHeldError
 from lakecluster.uris import is_local, normalize
 
@@ -41,10 +42,12 @@ def _describe(info: dict[str, Any]) -> str:
 
 
 class Lease:
-    """``Lease.acquire(uri, purpose)`` or raise :class:`LeaseHeldError`; ``release()`` when done."""
+    """``Lease.acquire(uri, purpose, storage=...)`` or raise :class:`LeaseHeldError`; ``release()`` when done."""
 
-    def __init__(self, uri: str, info: dict[str, Any], handle: IO[str] | None, ttl_s: float) -> None:
+    def __init__(self, uri: str, info: dict[str, Any], handle: IO[str] | None, ttl_s: float,
+                 storage: StorageConfig) -> None:  # fmt: skip
         self.uri = uri
+        self.storage = storage
         self.info = info
         self._handle = handle
         self._ttl_s = ttl_s
@@ -53,15 +56,21 @@ class Lease:
         self.lost = threading.Event()  # set if the renewal thread finds the lease taken over
 
     @classmethod
-    def acquire(cls, uri: str, purpose: str, *, ttl_s: float = 30.0, settle_s: float = 1.0) -> Lease:
+    def acquire(cls, uri: str, purpose: str, *, storage: StorageConfig, ttl_s: float = 30.0,
+                settle_s: float = 1.0) -> Lease:  # fmt: skip
+        """Hold the lease at ``uri`` (reached with ``storage``) for ``purpose``.
+
+        Raises:
+            LeaseHeldError: another live process holds it (named in the message).
+        """
         uri = normalize(uri)
         info = _holder(purpose)
         if is_local(uri):
-            return cls._acquire_local(uri, info)
-        return cls._acquire_remote(uri, info, ttl_s, settle_s)
+            return cls._acquire_local(uri, info, storage)
+        return cls._acquire_remote(uri, info, ttl_s, settle_s, storage)
 
     @classmethod
-    def _acquire_local(cls, path: str, info: dict[str, Any]) -> Lease:
+    def _acquire_local(cls, path: str, info: dict[str, Any], storage: StorageConfig) -> Lease:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         handle = open(path, "a+")
         try:
@@ -78,11 +87,12 @@ class Lease:
         handle.truncate()
         handle.write(json.dumps(info))
         handle.flush()
-        return cls(path, info, handle, 0.0)
+        return cls(path, info, handle, 0.0, storage)
 
     @classmethod
-    def _acquire_remote(cls, uri: str, info: dict[str, Any], ttl_s: float, settle_s: float) -> Lease:
-        fs, path = storage.filesystem(uri)
+    def _acquire_remote(cls, uri: str, info: dict[str, Any], ttl_s: float, settle_s: float,
+                        settings: StorageConfig) -> Lease:  # fmt: skip
+        fs, path = storage.filesystem(uri, settings)
         held = _read_remote(fs, path)
         if held is not None and held.get("expires", 0) > time.time():
             left = held["expires"] - time.time()
@@ -90,7 +100,7 @@ class Lease:
                 f"{info['purpose']} is already running: {_describe(held)} holds {uri} (renewed by its holder; "
                 f"if that process is gone the lease expires in {left:.0f}s)"
             )
-        lease = cls(uri, info, None, ttl_s)
+        lease = cls(uri, info, None, ttl_s, settings)
         lease._write_remote()
         time.sleep(settle_s)
         now = _read_remote(fs, path)
@@ -102,13 +112,13 @@ class Lease:
         return lease
 
     def _write_remote(self) -> None:
-        fs, path = storage.filesystem(self.uri)
+        fs, path = storage.filesystem(self.uri, self.storage)
         body = json.dumps({**self.info, "expires": time.time() + self._ttl_s}).encode()
         with fs.open_output_stream(path) as out:
             out.write(body)
 
     def _renew(self) -> None:
-        fs, path = storage.filesystem(self.uri)
+        fs, path = storage.filesystem(self.uri, self.storage)
         while not self._stop.wait(self._ttl_s / 3):
             try:
                 held = _read_remote(fs, path)
@@ -130,7 +140,7 @@ class Lease:
             return
         if self._thread is not None:
             self._thread.join(timeout=5)
-        fs, path = storage.filesystem(self.uri)
+        fs, path = storage.filesystem(self.uri, self.storage)
         with contextlib.suppress(OSError):
             held = _read_remote(fs, path)
             if held is not None and held.get("owner") == self.info["owner"]:

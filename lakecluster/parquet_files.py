@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import re
-import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -40,13 +39,6 @@ class WrittenFile:
     partition_values: dict[str, str | None]
     num_records: int
     stats: str  # Delta stats JSON
-
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The Arrow filesystem and in-filesystem path of a table URI or local path."""
-    from lakecluster import storage
-
-    return storage.filesystem(uri)
 
 
 def partition_value_string(value: Any) -> str | None:
@@ -290,45 +282,3 @@ def data_file_path(partition_by: Sequence[str], values: dict[str, str | None], n
     """``col=value/.../name`` relative to the table root (see ``_path_segment``)."""
     directory = "/".join(_path_segment(k, values[k]) for k in partition_by)
     return f"{directory}/{name}" if directory else name
-
-
-def write_files(
-    table_uri: str,
-    data: pa.Table,
-    *,
-    partition_by: Sequence[str],
-    prefix: str,
-    max_rows_per_file: int,
-) -> list[WrittenFile]:
-    """Write ``data`` as Parquet files under the table root; returns what was written.
-
-    ``prefix`` goes into every file name (``part-<prefix>-<uuid>-cNNN``) so the writer that owns
-    a file can be told from its name when leftovers of a crashed attempt are cleaned up.
-    """
-    fs, root = filesystem(table_uri)
-    written: list[WrittenFile] = []
-    token = uuid.uuid4().hex[:16]
-    n = 0
-    for values, part in split_by_partition(data, partition_by):
-        strings = {k: partition_value_string(v) for k, v in values.items()}
-        directory = "/".join(_path_segment(k, strings[k]) for k in partition_by)
-        for start in range(0, part.num_rows, max_rows_per_file):
-            chunk = part.slice(start, max_rows_per_file)
-            name = f"part-{prefix}-{token}-c{n:04d}.snappy.parquet"
-            n += 1
-            rel = f"{directory}/{name}" if directory else name
-            full = f"{root}/{rel}"
-            if directory:
-                fs.create_dir(f"{root}/{directory}", recursive=True)
-            pq.write_table(
-                chunk,
-                full,
-                filesystem=fs,
-                compression="snappy",
-                row_group_size=ROW_GROUP_ROWS,
-                coerce_timestamps="us",
-                write_statistics=footer_statistics(chunk.schema),
-            )
-            size = fs.get_file_info(full).size
-            written.append(WrittenFile(rel, int(size or 0), strings, chunk.num_rows, delta_stats(chunk)))
-    return written

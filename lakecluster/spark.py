@@ -52,6 +52,9 @@ BASE_CONF = {
     # A compaction group names its input files one by one; above this many paths Spark lists
     # them with a distributed job (seconds per group) instead of a few stat calls on the driver.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    # Delta's VACUUM lists the table's directories in this many tasks (Spark's default: 10,000):
+    # on 2 cores a vacuum of a small table took 26-54 s, 5 s with 16.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "16",
 }
 
 

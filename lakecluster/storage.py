@@ -4,7 +4,8 @@ One :class:`~lakecluster.config.StorageConfig` gives S3 endpoint, region and cre
 unset fall back to the standard AWS environment variables (``AWS_ENDPOINT_URL``, ``AWS_REGION``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``). From it this module builds
 what each library needs: pyarrow filesystems (sketches, index, leases), delta-rs storage options
-(readers) and Hadoop S3A settings (Spark).
+(readers) and Hadoop S3A settings (Spark). Every function takes the settings it applies: there is
+no process-wide storage setting (a table handle, ``lakecluster.table.LakeTable``, carries its own).
 
 Commits on S3 are made safe between processes by S3 conditional writes (``If-None-Match: *``):
 delta-rs with ``aws_conditional_put=etag``, Spark through lakecluster's LogStore (docs/storage.md).
@@ -24,19 +25,8 @@ from lakecluster.config import StorageConfig
 from lakecluster.uris import bucket_key, is_local, is_s3, normalize
 
 _lock = threading.Lock()
-_current = StorageConfig()
+# Filesystems by the settings they were built from: one S3 client per configuration and process.
 _cache: dict[StorageConfig, pafs.FileSystem] = {}
-
-
-def configure(storage: StorageConfig) -> None:
-    """Set the storage settings of this process (the CLI does it once, from the config)."""
-    global _current
-    with _lock:
-        _current = storage
-
-
-def current() -> StorageConfig:
-    return _current
 
 
 @dataclass(frozen=True)
@@ -76,32 +66,30 @@ class S3Settings:
         return bool(self.endpoint) and urlsplit(self.endpoint or "").scheme == "http"
 
 
-def resolved(storage: StorageConfig | None = None) -> StorageConfig:
+def resolved(storage: StorageConfig) -> StorageConfig:
     """The settings with what this process's AWS environment supplies filled in.
 
     For work shipped to other hosts (Spark executors): their environment is not this one's, so
     they must get the values the driver resolved. Whatever stays unset (no key anywhere) is left to
     the executor's own AWS default chain, an instance role for example.
     """
-    cfg = storage or _current
-    s = S3Settings.of(cfg)
-    return dataclasses.replace(cfg, s3_endpoint=s.endpoint, s3_region=s.region, s3_access_key_id=s.access_key_id,
+    s = S3Settings.of(storage)
+    return dataclasses.replace(storage, s3_endpoint=s.endpoint, s3_region=s.region, s3_access_key_id=s.access_key_id,
                                s3_secret_access_key=s.secret_access_key, s3_session_token=s.session_token)  # fmt: skip
 
 
-def filesystem(uri: str, storage: StorageConfig | None = None) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str, storage: StorageConfig) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem of a location and the path inside it."""
     uri = normalize(uri)
     if is_local(uri):
         return pafs.LocalFileSystem(), uri
     if not is_s3(uri):
         raise ValueError(f"unsupported storage scheme in {uri!r}: use a local path or s3://bucket/path")
-    cfg = storage or _current
     with _lock:
-        fs = _cache.get(cfg)
+        fs = _cache.get(storage)
         if fs is None:
-            fs = _s3_filesystem(S3Settings.of(cfg))
-            _cache[cfg] = fs
+            fs = _s3_filesystem(S3Settings.of(storage))
+            _cache[storage] = fs
     return fs, bucket_key(uri)
 
 
@@ -116,11 +104,11 @@ def _s3_filesystem(s: S3Settings) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
 
 
-def delta_options(uri: str, storage: StorageConfig | None = None) -> dict[str, str] | None:
+def delta_options(uri: str, storage: StorageConfig) -> dict[str, str] | None:
     """Storage options for delta-rs (``DeltaTable(uri, storage_options=...)``); None for local paths."""
     if not is_s3(uri):
         return None
-    s = S3Settings.of(storage or _current)
+    s = S3Settings.of(storage)
     out = {
         # Two processes committing the same version: the second PUT fails instead of replacing the first.
         "aws_conditional_put": "etag",
@@ -139,9 +127,9 @@ def delta_options(uri: str, storage: StorageConfig | None = None) -> dict[str, s
     return out
 
 
-def hadoop_conf(storage: StorageConfig | None = None) -> dict[str, str]:
+def hadoop_conf(storage: StorageConfig) -> dict[str, str]:
     """Hadoop settings for Spark's S3A filesystem (``s3://`` and ``s3a://`` both go through it)."""
-    s = S3Settings.of(storage or _current)
+    s = S3Settings.of(storage)
     conf = {
         "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",

@@ -1,4 +1,4 @@
-"""Rows of the built-in record source: the SSB-like wide table of ``lakecluster.ssb``.
+"""Rows of the built-in record source: the SSB-like wide table of ``lakecluster.stream.ssb``.
 
 Rows are a pure function of their offset: rows are generated in fixed blocks of
 ``BLOCK_ROWS`` with a generator seeded by (seed, block number), so any offset range, however it
@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from lakecluster.schema import ColumnSpec, arrow_schema
-from lakecluster.ssb import (
+from lakecluster.stream.ssb import (
     BRANDS,
     CATEGORIES,
     CITIES,

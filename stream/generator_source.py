@@ -1,12 +1,14 @@
-"""The built-in streaming source for Spark: SSB-like rows at a configurable rate (see ``ssb``)."""
+"""The built-in source: SSB-like rows at a configurable rate (see ``ssb``), as a Spark streaming
+data source (``GeneratorDataSource``) and as a stream's :class:`~lakecluster.stream.source.Source`."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -18,8 +20,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from lakecluster.config import Config, GeneratorSourceConfig
+from lakecluster.errors import ConfigError
 from lakecluster.schema import ColumnSpec, spark_ddl
 from lakecluster.stream.generator import BATCH_ROWS, BLOCK_ROWS, GeneratorSettings, generate
+from lakecluster.stream.ssb import SSB_COLUMNS, SSB_FULL_COLUMNS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakecluster.table import LakeTable
 
 FORMAT_NAME = "lakecluster_generator"
 
@@ -109,3 +119,77 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def commit(self, end: dict) -> None:
         pass
+
+
+class GeneratorSource:
+    """``[source.generator]``: the built-in SSB-like rows (``ssb``), typed, at a configured rate."""
+
+    kind = "generator"
+    quarantines = False
+
+    def __init__(self, config: Config) -> None:
+        section = config.source.selected
+        assert isinstance(section, GeneratorSourceConfig)
+        self.settings = section
+        self.columns = config.table.columns
+        check_columns(self.columns)
+
+    def describe(self) -> str:
+        return "generator"
+
+    def check(self) -> None:
+        pass  # nothing outside this process
+
+    def configured_offsets(self) -> str:
+        return ""
+
+    def resume_offsets(self) -> None:
+        return None
+
+    def frame(self, spark: SparkSession, starting_offsets: str | None) -> DataFrame:
+        g = self.settings
+        options = {
+            "columns": [asdict(c) for c in self.columns], "seed": g.seed, "brand_skew": g.brand_skew,
+            "scale_factor": g.scale_factor, "rows_per_second": g.rows_per_second, "partitions": g.partitions,
+            "max_rows": g.max_rows, "max_rows_per_trigger": g.max_rows_per_trigger,
+            "starting_offsets": starting_offsets,
+        }  # fmt: skip
+        spark.dataSource.register(GeneratorDataSource)
+        return spark.readStream.format(FORMAT_NAME).option("config", json.dumps(options)).load()
+
+    def start(self, table: LakeTable) -> None:
+        pass
+
+    def committed(self, offsets: str | None) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def lag(self) -> None:
+        return None  # the generator makes rows as they are read: nothing waits
+
+    def measure_lag(self, table: LakeTable, timeout_s: float) -> None:
+        return None
+
+
+def check_columns(columns: Sequence[ColumnSpec]) -> None:
+    """Every declared column is one the generator makes, of a type it makes it in.
+
+    Raises:
+        ConfigError: naming the ``table.columns`` entry it does not make.
+    """
+    known: dict[str, list[str]] = {}
+    for c in (*SSB_COLUMNS, *SSB_FULL_COLUMNS):
+        known.setdefault(c.name, [])
+        if c.type not in known[c.name]:
+            known[c.name].append(c.type)
+    for i, c in enumerate(columns):
+        if c.name not in known:
+            raise ConfigError(
+                f"table.columns[{i}].name",
+                f"the generator source does not produce '{c.name}'; it produces {', '.join(known)}",
+            )
+        if c.type not in known[c.name]:
+            raise ConfigError(f"table.columns[{i}].type",
+                              f"the generator produces {c.name} as {' or '.join(known[c.name])}")  # fmt: skip

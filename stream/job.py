@@ -3,34 +3,29 @@ supervision (transient faults retried with backoff, fatal ones raised), clean st
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from lakecluster import metrics, storage
+from lakecluster import metrics
 from lakecluster.config import Config
 from lakecluster.errors import FatalServiceError, LakeclusterError
 from lakecluster.health import HEALTH
 from lakecluster.lease import Lease
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.spark import get_session
-from lakecluster.stream import kafka, resume
+from lakecluster.stream import resume
 from lakecluster.stream.batch_task import QUARANTINE_DDL, QUARANTINE_SCHEMA
-from lakecluster.stream.generator_source import FORMAT_NAME as GENERATOR_FORMAT
-from lakecluster.stream.generator_source import GeneratorDataSource
-from lakecluster.stream.lag import LagMonitor, recorded_offsets
 from lakecluster.stream.parse import REASON_CODES
-from lakecluster.stream.sink import BatchReport, StreamSink, table_spec
-from lakecluster.table import TableSpec, check_schema, check_writable, create_table
-from lakecluster.uris import join
+from lakecluster.stream.sink import BatchReport, StreamSink
+from lakecluster.stream.source import Source, open_source
+from lakecluster.table import LakeTable, TableSpec, check_schema, create_table
 
 log = logging.getLogger(__name__)
 
@@ -80,45 +75,17 @@ class _QuietStopRequested(logging.Filter):
 logging.getLogger("py4j.clientserver").addFilter(_QuietStopRequested())
 
 
-def quarantine_spec(config: Config) -> TableSpec:
-    return TableSpec(config.table.resolved_quarantine_path, QUARANTINE_SCHEMA, QUARANTINE_DDL)
+QUARANTINE_SPEC = TableSpec(QUARANTINE_SCHEMA, QUARANTINE_DDL)
 
 
-def lease_uri(config: Config) -> str:
-    return join(config.stream_home, "lease")
-
-
-def preflight(config: Config) -> list[tuple[str, int]]:
-    """What can be checked before Spark starts: storage writable, table schema, broker and topics.
-
-    Returns the source's topic-partitions (empty for the generator).
-    """
-    check_writable(config.table.path)
-    check_schema(table_spec(config))
-    if config.source.kind != "kafka":
-        return []
-    check_writable(config.table.resolved_quarantine_path)
-    k = config.source.kafka
-    client = kafka.consumer(k)
-    try:
-        return kafka.partitions(k, client)
-    finally:
-        client.close()
-
-
-def source_frame(spark: SparkSession, config: Config, starting_offsets: str | None) -> DataFrame:
-    if config.source.kind == "kafka":
-        start = starting_offsets or config.source.kafka.starting_offsets
-        return spark.readStream.format("kafka").options(**kafka.reader_options(config.source.kafka, start)).load()
-    g = config.source.generator
-    options = {
-        "columns": [asdict(c) for c in config.table.columns], "seed": g.seed, "brand_skew": g.brand_skew,
-        "scale_factor": g.scale_factor,
-        "rows_per_second": g.rows_per_second, "partitions": g.partitions, "max_rows": g.max_rows,
-        "max_rows_per_trigger": g.max_rows_per_trigger, "starting_offsets": starting_offsets,
-    }  # fmt: skip
-    spark.dataSource.register(GeneratorDataSource)
-    return spark.readStream.format(GENERATOR_FORMAT).option("config", json.dumps(options)).load()
+def preflight(table: LakeTable, source: Source) -> None:
+    """What can be checked before Spark starts: storage writable, the table's schema, the source
+    (a broker answers, the topics exist)."""
+    table.delta.check_writable()
+    check_schema(table.delta, table.spec)
+    if source.quarantines:
+        table.quarantine.check_writable()
+    source.check()
 
 
 class StreamJob:
@@ -128,12 +95,34 @@ class StreamJob:
         self,
         config: Config,
         *,
+        table: LakeTable | None = None,
+        source: Source | None = None,
         spark: SparkSession | None = None,
         available_now: bool = False,
         max_batches: int | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
+        index_sync: Callable[[LakeTable], object] | None = None,
     ) -> None:
+        """A stream of ``config``'s source into its table.
+
+        Args:
+            config: the validated configuration.
+            table: the table's handle (default: one built from ``config``).
+            source: the source (default: ``open_source(config)``).
+            spark: a session to run on (default: one built from ``spark.*`` at the start).
+            available_now: process what the source holds at the start, then stop.
+            max_batches: stop after this many micro-batches that read records.
+            on_batch: called with every micro-batch's report.
+            index_sync: brings the table's column-stats index up to date; called after every batch
+                that committed rows when ``index.sync_after_stream`` is set.
+
+        Raises:
+            ConfigError: the source cannot honour the configuration.
+        """
         self.config = config
+        self.table = table or LakeTable(config)
+        self.source = source or open_source(config)
+        self.index_sync = index_sync
         self.available_now = available_now
         self.max_batches = max_batches
         self.on_batch = on_batch
@@ -143,7 +132,6 @@ class StreamJob:
         self.restarts = 0
         # Called once the tables exist and the query runs (``lakecluster run`` starts its compactor).
         self.on_started: Callable[[], None] | None = None
-        self.lag: LagMonitor | None = None
         HEALTH.register(HEALTH_NAME)
         # Every labelled series exists from the start, so rates and sums over them work at 0.
         for code in REASON_CODES:
@@ -166,15 +154,13 @@ class StreamJob:
         self.reports.append(report)
         if not report.skipped:
             observe_batch(report)
-        if self.lag is not None:
-            self.lag.committed(report.offsets)
+        self.source.committed(report.offsets)
         if self.on_batch is not None:
             self.on_batch(report)
 
     def total_lag(self) -> int | None:
-        """Records in the topics not yet committed to the table, as last measured (Kafka only)."""
-        latest = self.lag.latest if self.lag is not None else None
-        return sum(latest.values()) if latest is not None else None
+        """Records the source holds that the table has not committed, as last measured (None: unknown)."""
+        return self.source.lag()
 
     def request_stop(self) -> None:
         """Finish the micro-batch in progress, then stop (safe from a signal handler thread)."""
@@ -185,57 +171,61 @@ class StreamJob:
         return self._gate.stopping
 
     def run(self) -> list[BatchReport]:
-        storage.configure(self.config.storage)
-        partitions = preflight(self.config)
-        spark = self._spark or get_session(self.config.spark, self.config.storage, s3=self.config.uses_s3)
+        """Check, create the tables, take the stream's lease and run the query until it stops.
+
+        Returns:
+            The report of every micro-batch, in order.
+
+        Raises:
+            LakeclusterError: a check before Spark starts failed (storage, schema, source), the
+                lease is held by another process (``LeaseHeldError``), or a fault retrying
+                cannot fix stopped the stream (``FatalServiceError``).
+        """
+        table, source = self.table, self.source
+        preflight(table, source)
+        spark = self._spark or get_session(self.config.spark, self.config.storage, s3=table.uses_s3)
         # Before anything else writes under the table's directory: Delta creates a table only
         # where no other files are.
-        create_table(spark, table_spec(self.config))
-        if self.config.source.kind == "kafka":
-            create_table(spark, quarantine_spec(self.config))
-        lease = Lease.acquire(lease_uri(self.config), f"stream {self.config.stream_id} into {self.config.table.path}")
-        if self.config.source.kind == "kafka":
-            recorded = recorded_offsets(self.config.table.path, self.config.stream_id)
-            self.lag = LagMonitor(self.config.source.kafka, self.config.stream.lag_interval_s, recorded)
-            self.lag.start()
+        create_table(spark, table.delta, table.spec)
+        if source.quarantines:
+            create_table(spark, table.quarantine, QUARANTINE_SPEC)
+        lease = Lease.acquire(table.paths.lease(), f"stream {table.stream_id} into {table.uri}", storage=table.storage)
+        source.start(table)
         try:
-            self._supervise(spark, partitions, lease)
+            self._supervise(spark, lease)
         finally:
-            if self.lag is not None:
-                self.lag.stop()
+            source.stop()
             lease.release()
         return self.reports
 
-    def _start(self, spark: SparkSession, partitions: list[tuple[str, int]]) -> StreamingQuery:
-        c = self.config
-        checkpoint = c.checkpoint
+    def _after_commit(self) -> Callable[[], object] | None:
+        """The index sync after each batch, when ``index.sync_after_stream`` asks for it."""
+        index, sync, table = self.config.index, self.index_sync, self.table
+        if sync is None or not (index.enabled and index.sync_after_stream):
+            return None
+        return lambda: sync(table)
 
-        def complete(recorded: str) -> str:
-            return kafka.starting_offsets_json(kafka.parse_offsets(recorded), partitions)
-
-        start = resume.prepare(
-            stream_id=c.stream_id, checkpoint=checkpoint, table_uri=c.table.path,
-            quarantine_uri=c.table.resolved_quarantine_path if c.source.kind == "kafka" else None,
-            configured_offsets=c.source.kafka.starting_offsets if c.source.kind == "kafka" else "",
-            complete_offsets=complete if c.source.kind == "kafka" else None,
-        )  # fmt: skip
-        sink = StreamSink(c, spark, start, on_batch=self._record)
+    def _start(self, spark: SparkSession) -> StreamingQuery:
+        table, source = self.table, self.source
+        start = resume.prepare(table, quarantine=source.quarantines, configured_offsets=source.configured_offsets(),
+                               complete_offsets=source.resume_offsets())  # fmt: skip
+        sink = StreamSink(table, source, spark, start, on_batch=self._record, after_commit=self._after_commit())
         writer = (
-            source_frame(spark, c, start.starting_offsets if start.resumed_from == "table" else None)
+            source.frame(spark, start.starting_offsets if start.resumed_from == "table" else None)
             .writeStream.foreachBatch(self._handle_batch(sink))
-            .option("checkpointLocation", checkpoint)
-            .queryName(f"lakecluster-stream-{c.stream_id}")
+            .option("checkpointLocation", table.paths.checkpoint)
+            .queryName(f"lakecluster-stream-{table.stream_id}")
         )
         if self.available_now:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{c.stream.trigger_interval_s} seconds")
+            writer = writer.trigger(processingTime=f"{self.config.stream.trigger_interval_s} seconds")
         return writer.start()
 
-    def _supervise(self, spark: SparkSession, partitions: list[tuple[str, int]], lease: Lease) -> None:
+    def _supervise(self, spark: SparkSession, lease: Lease) -> None:
         backoff = Backoff(self.config.retry)
         while True:
-            query = self._start(spark, partitions)
+            query = self._start(spark)
             HEALTH.ready(HEALTH_NAME)
             metrics.STREAM_PROGRESS.set(time.time())
             if self.on_started is not None:

@@ -20,22 +20,18 @@ from typing import Any
 
 from lakecluster import metrics
 from lakecluster.config import KafkaSourceConfig
-from lakecluster.errors import TableNotFoundError
 from lakecluster.stream import kafka
 from lakecluster.stream.kafka import Offsets
-from lakecluster.table import last_commit_of, open_table
+from lakecluster.table import LakeTable
 
 log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
-def recorded_offsets(table_uri: str, stream_id: str) -> Offsets | None:
-    """The offsets the stream's newest commit to the table recorded; None if it never committed."""
-    try:
-        table = open_table(table_uri)
-    except TableNotFoundError:
-        return None
-    last = last_commit_of(table, lambda meta: meta.get("stream") == stream_id and "offsets" in meta)
+def recorded_offsets(table: LakeTable) -> Offsets | None:
+    """The offsets the table's stream's newest commit recorded; None if it never committed."""
+    stream_id = table.stream_id
+    last = table.delta.last_commit_of(lambda meta: meta.get("stream") == stream_id and "offsets" in meta)
     if last is None or not last.get("offsets"):
         return None
     offsets = last["offsets"]

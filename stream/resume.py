@@ -27,10 +27,8 @@ from typing import Any
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
-from lakecluster import storage
-from lakecluster.errors import CheckpointError, TableNotFoundError
-from lakecluster.table import last_commit_of, open_table
-from lakecluster.uris import join
+from lakecluster.errors import CheckpointError
+from lakecluster.table import LakeTable
 
 log = logging.getLogger(__name__)
 MARKER = "lakecluster-stream.json"
@@ -57,16 +55,16 @@ def _read(fs: pafs.FileSystem, path: str) -> bytes | None:
         return None
 
 
-def checkpoint_has_batches(checkpoint: str) -> bool:
-    """Whether Spark has planned any micro-batch in this checkpoint (its offset log is not empty)."""
-    fs, root = storage.filesystem(checkpoint)
+def checkpoint_has_batches(table: LakeTable) -> bool:
+    """Whether Spark has planned any micro-batch in the stream's checkpoint (its offset log is not empty)."""
+    fs, root = table.filesystem(table.paths.checkpoint)
     infos = fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
     return any(i.type == pafs.FileType.File and i.base_name.isdigit() for i in infos)
 
 
-def batch_offsets(checkpoint: str, batch_id: int) -> str | None:
+def batch_offsets(table: LakeTable, batch_id: int) -> str | None:
     """The source's end offsets of a micro-batch, from Spark's offset log (written before the batch runs)."""
-    fs, root = storage.filesystem(checkpoint)
+    fs, root = table.filesystem(table.paths.checkpoint)
     data = _read(fs, f"{root}/offsets/{batch_id}")
     if data is None:
         return None
@@ -82,31 +80,24 @@ def txn_version(table: DeltaTable | None, stream_id: str) -> int | None:
     return table.transaction_version(stream_id)
 
 
-def _maybe_open(uri: str) -> DeltaTable | None:
-    try:
-        return open_table(uri)
-    except TableNotFoundError:
-        return None
-
-
 def prepare(
+    table: LakeTable,
     *,
-    stream_id: str,
-    checkpoint: str,
-    table_uri: str,
-    quarantine_uri: str | None,
+    quarantine: bool,
     configured_offsets: str,
     complete_offsets: Any = None,
 ) -> StreamStart:
-    """Decide how the stream starts and write the checkpoint's marker (before Spark starts it).
+    """Decide how the table's stream starts and write the checkpoint's marker (before Spark starts it).
 
+    ``quarantine``: whether the stream writes the quarantine table (its offsets there count too);
     ``complete_offsets(recorded_json) -> startingOffsets`` turns offsets the table recorded into
     what the source needs (Kafka must be told every current partition).
     """
-    fs, root = storage.filesystem(checkpoint)
+    stream_id, checkpoint = table.stream_id, table.paths.checkpoint
+    fs, root = table.filesystem(checkpoint)
     marker_path = f"{root}/{MARKER}"
     raw = _read(fs, marker_path)
-    if checkpoint_has_batches(checkpoint):
+    if checkpoint_has_batches(table):
         if raw is None:
             raise CheckpointError(
                 f"the checkpoint {checkpoint} was not written by this version of lakecluster (no {MARKER}); "
@@ -122,21 +113,21 @@ def prepare(
         kept = {(t, int(p)): int(o) for t, p, o in marker.get("quarantine_floor", [])}
         return StreamStart(stream_id, int(marker["txn_base"]), None, kept, "checkpoint")
 
-    table = _maybe_open(table_uri)
-    quarantine = _maybe_open(quarantine_uri) if quarantine_uri else None
-    versions = [v for v in (txn_version(table, stream_id), txn_version(quarantine, stream_id)) if v is not None]
+    snapshot = table.delta.open_if_exists()
+    q_snapshot = table.quarantine.open_if_exists() if quarantine else None
+    versions = [v for v in (txn_version(snapshot, stream_id), txn_version(q_snapshot, stream_id)) if v is not None]
     base = max(versions) + 1 if versions else 0
 
     def mine(meta: dict) -> bool:
         return meta.get("stream") == stream_id and "offsets" in meta
 
-    last = last_commit_of(table, mine) if table is not None else None
+    last = table.delta.last_commit_of(mine, table=snapshot) if snapshot is not None else None
     floor: dict[tuple[str, int], int] = {}
     if last is None:
         start = StreamStart(stream_id, base, configured_offsets, floor, "new")
     else:
         recorded = last["offsets"]
-        last_q = last_commit_of(quarantine, mine) if quarantine is not None else None
+        last_q = table.quarantine.last_commit_of(mine, table=q_snapshot) if q_snapshot is not None else None
         if last_q is not None and isinstance(last_q.get("offsets"), dict):
             floor = {(t, int(p)): int(o) for t, parts in last_q["offsets"].items() if isinstance(parts, dict)
                      for p, o in parts.items()}  # fmt: skip
@@ -156,7 +147,3 @@ def prepare(
     with fs.open_output_stream(marker_path) as out:  # one PUT on object stores, a small write locally
         out.write(body)
     return start
-
-
-def marker_uri(checkpoint: str) -> str:
-    return join(checkpoint, MARKER)

@@ -28,12 +28,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakecluster import storage
-from lakecluster.config import Config
-from lakecluster.delta_log import TableLog
 from lakecluster.faults import crash_point
 from lakecluster.layout import ClusteringLayout
-from lakecluster.sketch_store import SketchStore, load_or_empty
 from lakecluster.sketches import ColumnSketch
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.stream import resume
@@ -57,9 +53,9 @@ from lakecluster.stream.batch_task import (
     written_files,
 )
 from lakecluster.stream.parse import ParseLimits
+from lakecluster.stream.source import Source
 from lakecluster.stream.task_files import TaskFiles
-from lakecluster.table import TableSpec, user_metadata
-from lakecluster.uris import normalize
+from lakecluster.table import LakeTable, TableLog, load_or_empty, user_metadata
 
 log = logging.getLogger(__name__)
 
@@ -94,56 +90,51 @@ class _Done:
 _Result = tuple[TaskSummary, dict[str, ColumnSketch], int, int]  # totals, sketches, files, bytes
 
 
-def table_spec(config: Config) -> TableSpec:
-    t = config.table
-    return TableSpec.of_columns(t.path, t.columns, t.partition_by)
-
-
 class StreamSink:
     """Called by Spark for every micro-batch (``foreachBatch``)."""
 
     def __init__(
         self,
-        config: Config,
+        table: LakeTable,
+        source: Source,
         spark: SparkSession,
         start: resume.StreamStart,
         *,
         on_batch: Callable[[BatchReport], None] | None = None,
+        after_commit: Callable[[], object] | None = None,
     ) -> None:
-        self.config = config
+        self.table = table
+        self.config = config = table.config
         self.spark = spark
         self.start = start
         self.on_batch = on_batch
+        self.after_commit = after_commit  # after a batch committed rows (``index.sync_after_stream``)
         t = config.table
-        self.spec = table_spec(config)
-        self.quarantine_uri = normalize(t.resolved_quarantine_path)
-        self.checkpoint = config.checkpoint
-        self.is_kafka = config.source.kind == "kafka"
+        self.spec = table.spec
+        self.source = source
         self.sketch_columns = tuple(t.column(c) for c in t.clustering_columns)
-        self.store = SketchStore(t.path, start.stream_id)
+        self.store = table.sketches(start.stream_id)
         sk = config.sketches
         self.sketches = load_or_empty(self.store, self.sketch_columns, k=sk.k, max_string_chars=sk.max_string_chars)
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
-        self.table = TableLog(self.spec.uri, start.stream_id)
-        self.quarantine: TableLog | None = None
+        self.table_log = table.delta.follow(start.stream_id)
+        self.quarantine_log: TableLog | None = None
         self._targets: tuple[AppendTarget, AppendTarget] | None = None
         self._blocked: str | None = None  # why Delta's writer writes the batches, when it must
         self._stats_columns: dict[str, tuple[str, ...]] = {}  # table uri -> the columns with file stats
-        self._without_stats = WithoutStatsWarning(self.spec.uri, config.skipping_columns)
+        self._without_stats = WithoutStatsWarning(table.uri, config.skipping_columns)
 
     def _committed(self, batch_txn: int) -> tuple[bool, bool]:
         """Whether the table and the quarantine already hold this txn version of the stream."""
-        stream_id = self.start.stream_id
-        self.table.refresh()
-        table_done = _at_least(self.table.txn_version, batch_txn)
-        if self.quarantine is None:
-            try:
-                self.quarantine = TableLog(self.quarantine_uri, stream_id)
-            except Exception:  # no quarantine table yet: nothing committed there
+        self.table_log.refresh()
+        table_done = _at_least(self.table_log.txn_version, batch_txn)
+        if self.quarantine_log is None:
+            if not self.table.quarantine.exists():  # no quarantine table yet: nothing committed there
                 return table_done, False
-        self.quarantine.refresh()
-        return table_done, _at_least(self.quarantine.txn_version, batch_txn)
+            self.quarantine_log = self.table.quarantine.follow(self.start.stream_id)
+        self.quarantine_log.refresh()
+        return table_done, _at_least(self.quarantine_log.txn_version, batch_txn)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -151,14 +142,15 @@ class StreamSink:
         txn = self.start.txn_version(batch_id)
         table_done, quarantine_done = self._committed(txn)
         sketch_done = not self.config.sketches.enabled or self.sketches.stream_batch_id >= txn
-        offsets = resume.batch_offsets(self.checkpoint, batch_id)
+        offsets = resume.batch_offsets(self.table, batch_id)
         if table_done and quarantine_done and sketch_done:
             log.info("batch %d (txn %d) was committed before a restart; nothing to do", batch_id, txn)
-            self._report(BatchReport(batch_id, 0, 0, 0, time.monotonic() - started, self.table.version, True, txn))
+            self._report(BatchReport(batch_id, 0, 0, 0, time.monotonic() - started, self.table_log.version, True,
+                                     txn))  # fmt: skip
             return
 
-        meta_of = functools.partial(user_metadata, stream=self.start.stream_id, batch=batch_id, txn=txn,
-                                    offsets=_json(offsets), source=self.config.source.kind)  # fmt: skip
+        meta_of: Callable[..., dict] = functools.partial(dict, stream=self.start.stream_id, batch=batch_id, txn=txn,
+                                    offsets=_json(offsets), source=self.source.kind)  # fmt: skip
         done = _Done(table_done, quarantine_done)
         result = None
         if self._writes_in_tasks():
@@ -174,16 +166,16 @@ class StreamSink:
         if not sketch_done:
             self.sketches.merge(merged)
             self.sketches.stream_batch_id = txn
-            self.sketches.delta_version = self.table.version
+            self.sketches.delta_version = self.table_log.version
             self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
             sketches_at = time.time()
 
-        if self.config.index.enabled and self.config.index.sync_after_stream and not table_done:
-            self._sync_index()
+        if self.after_commit is not None and not table_done:
+            self._after_commit()
         self._report(BatchReport(
             batch_id=batch_id, rows=total.rows if not table_done else 0,
             quarantined=total.quarantined if not quarantine_done else 0, files=files, bytes_written=written,
-            seconds=time.monotonic() - started, table_version=self.table.version, txn_version=txn,
+            seconds=time.monotonic() - started, table_version=self.table_log.version, txn_version=txn,
             offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
             timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(), sketches_at=sketches_at,
         ))  # fmt: skip
@@ -195,7 +187,7 @@ class StreamSink:
             sketch_k=self.config.sketches.k,
             sketch_max_string_chars=self.config.sketches.max_string_chars,
             build_sketches=not sketch_done,
-            parse_json=self.is_kafka,
+            parse_json=self.source.quarantines,
             limits=self.limits,
             layout=self._write_layout(),
             quarantine_floor=self.start.quarantine_floor,
@@ -207,13 +199,13 @@ class StreamSink:
         if not self.config.stream.write_in_tasks:
             return False
         if self._targets is None:
-            self._targets = (AppendTarget.of(self.spark, self.spec.uri, self.spec.ddl, self.spec.partition_by),
-                             AppendTarget.of(self.spark, self.quarantine_uri, QUARANTINE_DDL, ()))  # fmt: skip
-        targets = self._targets[: 2 if self.is_kafka else 1]
+            self._targets = (AppendTarget.of(self.spark, self.table.delta, self.spec.ddl, self.spec.partition_by),
+                             AppendTarget.of(self.spark, self.table.quarantine, QUARANTINE_DDL, ()))  # fmt: skip
+        targets = self._targets[: 2 if self.source.quarantines else 1]
         facts = [t.facts(self.spark) for t in targets]
         blockers = [t.blocker(f) for t, f in zip(targets, facts, strict=True)]
         if all(b is None for b in blockers):
-            self._stats_columns = {t.uri: stats_columns(t.data_columns, f.configuration)
+            self._stats_columns = {t.location.uri: stats_columns(t.data_columns, f.configuration)
                                    for t, f in zip(targets, facts, strict=True)}  # fmt: skip
         self._without_stats.check(self._targets[0].data_columns, facts[0].configuration)
         reason = next((b for b in blockers if b is not None), None)
@@ -224,19 +216,18 @@ class StreamSink:
         return reason is None
 
     def _one_pass(self, batch_df: DataFrame, batch_id: int, txn: int, done: _Done, sketch_done: bool,
-                  meta_of: Callable[..., str]) -> _Result:  # fmt: skip
+                  meta_of: Callable[..., dict]) -> _Result:  # fmt: skip
         """Tasks parse and write; the driver commits quarantine, then table (``stream/append.py``)."""
         assert self._targets is not None
         table_target, quarantine_target = self._targets
         s = self.config.stream
         files = TaskFiles(
-            table_uri=self.spec.uri, quarantine_uri=self.quarantine_uri, partition_by=self.spec.partition_by,
+            table_uri=self.table.uri, quarantine_uri=self.table.quarantine.uri, partition_by=self.spec.partition_by,
             max_records_per_file=s.max_records_per_file, buffer_bytes=s.write_buffer_bytes,
-            # Executors do not share the driver's AWS environment: they get the settings it resolved.
-            storage=storage.resolved(self.config.storage), stream_id=self.start.stream_id, batch_id=batch_id,
+            storage=self.table.storage_for_tasks(), stream_id=self.start.stream_id, batch_id=batch_id,
             write_table=not done.table, write_quarantine=not done.quarantine,
-            table_stats_columns=self._stats_columns.get(table_target.uri),
-            quarantine_stats_columns=self._stats_columns.get(quarantine_target.uri),
+            table_stats_columns=self._stats_columns.get(table_target.location.uri),
+            quarantine_stats_columns=self._stats_columns.get(quarantine_target.location.uri),
         )  # fmt: skip
         spec = self._task_spec(sketch_done, files)
         out = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
@@ -247,19 +238,19 @@ class StreamSink:
         meta = meta_of(rows=total.rows, quarantined=total.quarantined)
         if quarantine_files and not done.quarantine:
             commit_append(self.spark, quarantine_target, quarantine_files, app_id=self.start.stream_id,
-                          txn_version=txn, user_metadata=meta)  # fmt: skip
+                          txn_version=txn, details=meta)  # fmt: skip
         crash_point(f"after_quarantine_commit:{batch_id}")
         written = (0, 0)
         if not done.table:
             appended = commit_append(self.spark, table_target, table_files, app_id=self.start.stream_id,
-                                     txn_version=txn, user_metadata=meta)  # fmt: skip
+                                     txn_version=txn, details=meta)  # fmt: skip
             written = (appended.files, appended.bytes)
-        self.table.refresh()
+        self.table_log.refresh()
         crash_point(f"after_table_commit:{batch_id}")
         return total, merged, *written
 
     def _two_passes(self, batch_df: DataFrame, batch_id: int, txn: int, done: _Done, sketch_done: bool,
-                    meta_of: Callable[..., str]) -> _Result:  # fmt: skip
+                    meta_of: Callable[..., dict]) -> _Result:  # fmt: skip
         """Tasks parse into a persisted frame; Delta's writer writes quarantine, then table, from it."""
         spec = self._task_spec(sketch_done)
         parsed = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
@@ -268,7 +259,7 @@ class StreamSink:
             total, merged = summaries([r[SUMMARY] for r in parsed.where(F.col(KIND) == SUMMARY_ROW)
                                        .select(SUMMARY).collect()])  # fmt: skip
             crash_point(f"before_commit:{batch_id}")
-            meta = meta_of(rows=total.rows, quarantined=total.quarantined)
+            meta = user_metadata(**meta_of(rows=total.rows, quarantined=total.quarantined))
             if total.quarantined and not done.quarantine:
                 self._write_quarantine(parsed, batch_id, txn, meta)
             crash_point(f"after_quarantine_commit:{batch_id}")
@@ -288,7 +279,7 @@ class StreamSink:
             F.lit(batch_id).cast("bigint").alias("stream_batch_id"),
         )  # fmt: skip
         (bad.write.format("delta").mode("append").option("txnAppId", self.start.stream_id)
-         .option("txnVersion", txn).option("userMetadata", meta).save(self.quarantine_uri))  # fmt: skip
+         .option("txnVersion", txn).option("userMetadata", meta).save(self.table.quarantine.uri))  # fmt: skip
 
     def _write_table(self, parsed: DataFrame, txn: int, meta: str) -> tuple[int, int]:
         rows = parsed.where(F.col(KIND) == ROW)
@@ -296,22 +287,20 @@ class StreamSink:
             # Partition columns first: Spark's writer needs that order and would otherwise sort again,
             # losing the curve order inside each file.
             rows = rows.sortWithinPartitions(*self.spec.partition_by, KEY)
-        before = self.table.version  # brought up to date by _committed, just before
+        before = self.table_log.version  # brought up to date by _committed, just before
         (rows.select(*[c.name for c in self.config.table.columns]).write.format("delta").mode("append")
          .option("txnAppId", self.start.stream_id).option("txnVersion", txn).option("userMetadata", meta)
          .option("maxRecordsPerFile", self.config.stream.max_records_per_file)
-         .save(self.spec.uri))  # fmt: skip
-        self.table.refresh()
-        return files_written(self.table, before, meta)
+         .save(self.table.uri))  # fmt: skip
+        self.table_log.refresh()
+        return files_written(self.table_log, before, meta)
 
-    def _sync_index(self) -> None:
-        """``index.sync_after_stream``: the index follows every commit. A failure is logged, never
-        fails the batch: the table is committed, and the index catches up (or is rebuilt) later."""
-        from lakecluster.index.spec import IndexSpec
-        from lakecluster.index.sync import sync
-
+    def _after_commit(self) -> None:
+        """The ``after_commit`` hook (the index sync of ``index.sync_after_stream``). A failure is
+        logged, never fails the batch: the table is committed, and the index catches up later."""
+        assert self.after_commit is not None
         try:
-            sync(IndexSpec.from_config(self.config))
+            self.after_commit()
         except Exception:
             log.warning("column-stats index sync after batch failed; the next sync catches up", exc_info=True)
 
@@ -365,4 +354,4 @@ def _json(offsets: str | None) -> object:
     return json.loads(offsets) if offsets else None
 
 
-__all__ = ["BatchReport", "StreamSink", "TaskSummary", "empty_headers_not_null", "files_written", "table_spec"]
+__all__ = ["BatchReport", "StreamSink", "TaskSummary", "empty_headers_not_null", "files_written"]

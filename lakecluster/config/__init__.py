@@ -10,6 +10,7 @@ key=value`` flags. Everything is validated before Spark starts; a bad key or val
 from lakecluster.config.describe import REDACTED, describe, is_secret
 from lakecluster.config.load import ENV_PREFIX, TEST_ENV_PREFIX, load_config, parse_overrides
 from lakecluster.config.sections import (
+    DEFAULT_COLUMNS,
     MAX_CLUSTERING_COLUMNS,
     CompactionConfig,
     Config,
@@ -21,6 +22,7 @@ from lakecluster.config.sections import (
     RetryConfig,
     SketchConfig,
     SourceConfig,
+    SourceSection,
     SparkConfig,
     StorageConfig,
     StreamConfig,
@@ -30,6 +32,7 @@ from lakecluster.config.sections import (
 from lakecluster.config.validate import MIN_RETENTION_HOURS, parse_starting_offsets, validate
 
 __all__ = [
+    "DEFAULT_COLUMNS",
     "ENV_PREFIX",
     "MAX_CLUSTERING_COLUMNS",
     "MIN_RETENTION_HOURS",
@@ -45,6 +48,7 @@ __all__ = [
     "RetryConfig",
     "SketchConfig",
     "SourceConfig",
+    "SourceSection",
     "SparkConfig",
     "StorageConfig",
     "StreamConfig",

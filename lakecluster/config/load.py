@@ -34,7 +34,20 @@ def load_config(
     overrides: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Config:
-    """Load, merge and validate the configuration. Raises :class:`ConfigError`."""
+    """Load, merge and validate the configuration.
+
+    Args:
+        path: a TOML file (None: defaults, environment and overrides only).
+        overrides: ``--set`` flags as ``{"dotted.key": "value"}``; values are read as TOML values.
+        environ: the environment to read ``LAKECLUSTER_*`` variables from (default: the process's).
+
+    Returns:
+        The frozen, validated :class:`Config`.
+
+    Raises:
+        ConfigError: an unknown key, a value of the wrong type, or keys that disagree; it names
+            the key (``.key``).
+    """
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)

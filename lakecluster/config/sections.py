@@ -6,17 +6,37 @@ the documentation lists exactly the keys defined here, with these defaults.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from lakecluster.schema import ColumnSpec
-from lakecluster.ssb import SSB_COLUMNS
-from lakecluster.uris import is_s3
 
 MAX_CLUSTERING_COLUMNS = 8
+
+# table.columns by default: an SSB-like lineorder row joined with its dimensions (the built-in
+# generator's 18 most used columns; lakecluster.stream.ssb has every column it can produce).
+DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
+    ColumnSpec("lo_orderkey", "long", required=True),
+    ColumnSpec("lo_linenumber", "int"),
+    ColumnSpec("lo_orderdate", "date"),
+    ColumnSpec("d_year", "int"),
+    ColumnSpec("event_time", "timestamp"),
+    ColumnSpec("c_city", "string"),
+    ColumnSpec("c_nation", "string"),
+    ColumnSpec("c_region", "string"),
+    ColumnSpec("s_city", "string"),
+    ColumnSpec("s_nation", "string"),
+    ColumnSpec("s_region", "string"),
+    ColumnSpec("p_brand", "string"),
+    ColumnSpec("p_category", "string"),
+    ColumnSpec("lo_shipmode", "string"),
+    ColumnSpec("lo_quantity", "int"),
+    ColumnSpec("lo_discount", "double"),
+    ColumnSpec("lo_revenue", "decimal(18,2)"),
+    ColumnSpec("is_returned", "boolean"),
+)
+
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,11 @@ class KafkaSourceConfig:
     options: Mapping[str, str] = field(default_factory=dict)
     connect_timeout_s: float = 30.0
 
+    def identity(self) -> dict[str, object]:
+        """What makes two streams from Kafka the same stream: the cluster and the topics."""
+        servers = sorted(s.strip() for s in self.bootstrap_servers.split(",") if s.strip())
+        return {"kind": "kafka", "servers": servers, "topics": sorted(self.topics), "pattern": self.topic_pattern}
+
 
 @dataclass(frozen=True)
 class GeneratorSourceConfig:
@@ -48,33 +73,41 @@ class GeneratorSourceConfig:
     max_rows: int | None = None
     max_rows_per_trigger: int | None = 500_000
 
+    def identity(self) -> dict[str, object]:
+        """What makes two streams from the generator the same stream: the seed of its rows."""
+        return {"kind": "generator", "seed": self.seed}
+
+
+SourceSection = KafkaSourceConfig | GeneratorSourceConfig
+
 
 @dataclass(frozen=True)
 class SourceConfig:
+    """``source.kind`` names the section that configures the source; the others are ignored."""
+
     kind: Literal["generator", "kafka"] = "generator"
     kafka: KafkaSourceConfig = field(default_factory=KafkaSourceConfig)
     generator: GeneratorSourceConfig = field(default_factory=GeneratorSourceConfig)
 
+    @property
+    def selected(self) -> SourceSection:
+        """The section of ``kind`` (the one place the kind is looked up; the stream's sources are
+        chosen by the type of this section)."""
+        section: SourceSection = getattr(self, self.kind)
+        return section
+
     def identity(self) -> dict[str, object]:
         """What makes two streams the same stream (``stream.id`` is derived from it)."""
-        if self.kind == "kafka":
-            k = self.kafka
-            servers = sorted(s.strip() for s in k.bootstrap_servers.split(",") if s.strip())
-            return {"kind": "kafka", "servers": servers, "topics": sorted(k.topics), "pattern": k.topic_pattern}
-        return {"kind": "generator", "seed": self.generator.seed}
+        return self.selected.identity()
 
 
 @dataclass(frozen=True)
 class TableConfig:
     path: str = "lakecluster-data/lineorder"
-    columns: tuple[ColumnSpec, ...] = SSB_COLUMNS
+    columns: tuple[ColumnSpec, ...] = DEFAULT_COLUMNS
     partition_by: tuple[str, ...] = ("d_year",)
     clustering_columns: tuple[str, ...] = ("s_city", "c_city", "p_brand")
     quarantine_path: str | None = None
-
-    @property
-    def resolved_quarantine_path(self) -> str:
-        return self.quarantine_path or self.path.rstrip("/") + "_quarantine"
 
     def column(self, name: str) -> ColumnSpec:
         return next(c for c in self.columns if c.name == name)
@@ -168,9 +201,6 @@ class IndexConfig:
     nan_counts: Literal["assume", "scan"] = "assume"
     gc_grace_s: float = 3600.0
 
-    def resolved_path(self, table: TableConfig) -> str:
-        return self.path or table.path.rstrip("/") + "/_lakecluster/index"
-
 
 @dataclass(frozen=True)
 class RetryConfig:
@@ -229,41 +259,8 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
 
     @property
-    def locations(self) -> dict[str, str]:
-        """Every location lakecluster reads or writes, by config key."""
-        t = self.table
-        return {
-            "table.path": t.path,
-            "table.quarantine_path": t.resolved_quarantine_path,
-            "stream.checkpoint_location": self.checkpoint,
-            "index.path": self.index.resolved_path(t),
-        }
-
-    @property
     def skipping_columns(self) -> tuple[str, ...]:
         """Columns the layout and the index skip files by: the clustering columns and the index's
         requested ones (the services warn when the table's properties give them no file stats)."""
         requested = self.index.columns if self.index.enabled else ()
         return tuple(dict.fromkeys((*self.table.clustering_columns, *requested)))
-
-    @property
-    def stream_home(self) -> str:
-        """``<table>/_lakecluster/streams/<stream id>``: the stream's lease, sketches and default checkpoint."""
-        return f"{self.table.path.rstrip('/')}/_lakecluster/streams/{self.stream_id}"
-
-    @property
-    def checkpoint(self) -> str:
-        """``stream.checkpoint_location``, by default the stream's own under the table."""
-        return self.stream.checkpoint_location or f"{self.stream_home}/checkpoint"
-
-    @property
-    def uses_s3(self) -> bool:
-        return any(is_s3(p) for p in self.locations.values())
-
-    @property
-    def stream_id(self) -> str:
-        """``stream.id``, or one derived from the source and the table (stable across restarts)."""
-        if self.stream.id:
-            return self.stream.id
-        what = json.dumps({"source": self.source.identity(), "table": self.table.path.rstrip("/")}, sort_keys=True)
-        return f"{self.source.kind}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"

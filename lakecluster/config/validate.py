@@ -16,7 +16,6 @@ from lakecluster.config.sections import (
 )
 from lakecluster.errors import ConfigError
 from lakecluster.schema import validate_type
-from lakecluster.ssb import SSB_COLUMNS, SSB_FULL_COLUMNS
 from lakecluster.uris import is_local
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -88,13 +87,13 @@ def validate(config: Config) -> None:
                           f"{config.metrics.table_interval_s}")  # fmt: skip
     if not config.metrics.host.strip():
         raise ConfigError("metrics.host", "must not be empty (127.0.0.1 serves this machine only)")
-    _validate_cluster_paths(config)
+    _validate_paths(config)
 
-    src = config.source
-    if src.kind == "kafka":
-        _validate_kafka(src.kafka)
+    section = config.source.selected
+    if isinstance(section, KafkaSourceConfig):
+        _validate_kafka(section)
     else:
-        _validate_generator(src.generator, t)
+        _validate_generator(section)
 
 
 def _validate_table(t: TableConfig) -> None:
@@ -121,16 +120,20 @@ def _validate_table(t: TableConfig) -> None:
     overlap = set(t.partition_by) & set(t.clustering_columns)
     if overlap:
         raise ConfigError("table.clustering_columns", f"{sorted(overlap)} are partition columns")
-    if t.resolved_quarantine_path.rstrip("/") == t.path.rstrip("/"):
+
+
+def _validate_paths(config: Config) -> None:
+    """The quarantine table is another table; on a cluster every executor must see the same
+    storage (a local path would split the table)."""
+    from lakecluster.table.paths import TablePaths  # the table package imports the configuration
+
+    paths = TablePaths.of(config)
+    if paths.quarantine == paths.table:
         raise ConfigError("table.quarantine_path", "must differ from table.path")
-
-
-def _validate_cluster_paths(config: Config) -> None:
-    """On a cluster every executor must see the same storage: a local path would split the table."""
     master = config.spark.master
     if master.startswith("local"):
         return
-    for key, path in config.locations.items():
+    for key, path in paths.locations.items():
         if is_local(path):
             raise ConfigError(
                 key,
@@ -228,21 +231,8 @@ def parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:
     return out
 
 
-def _validate_generator(gc: GeneratorSourceConfig, table: TableConfig) -> None:
-    known: dict[str, list[str]] = {}
-    for c in (*SSB_COLUMNS, *SSB_FULL_COLUMNS):
-        known.setdefault(c.name, [])
-        if c.type not in known[c.name]:
-            known[c.name].append(c.type)
-    for i, c in enumerate(table.columns):
-        if c.name not in known:
-            raise ConfigError(
-                f"table.columns[{i}].name",
-                f"the generator source does not produce '{c.name}'; it produces {', '.join(known)}",
-            )
-        if c.type not in known[c.name]:
-            raise ConfigError(f"table.columns[{i}].type",
-                              f"the generator produces {c.name} as {' or '.join(known[c.name])}")  # fmt: skip
+def _validate_generator(gc: GeneratorSourceConfig) -> None:
+    """The generator's own keys (which columns it can produce, the stream's generator source checks)."""
     _positive("source.generator.rows_per_second", gc.rows_per_second)
     _positive("source.generator.partitions", gc.partitions)
     _positive("source.generator.max_rows", gc.max_rows)

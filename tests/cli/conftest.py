@@ -12,8 +12,8 @@ import pytest
 from deltalake import write_deltalake
 
 from lakecluster.schema import arrow_schema
-from lakecluster.ssb import SSB_COLUMNS
 from lakecluster.stream.generator import GeneratorSettings, generate
+from lakecluster.stream.ssb import SSB_COLUMNS
 from tests.conftest import lakecluster_cmd, subprocess_env
 
 # JAVA_HOME of every subprocess that must fail or finish before Spark starts: were Spark started,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lakecluster.sketch_store import SketchStore
+from lakecluster.table import LakeTable
 from tests.cli.conftest import run_cli, tree
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker
@@ -75,7 +75,7 @@ def test_stream_with_defaults_runs_the_generator_and_a_stop_signal_stops_cleanly
     keys = sorted(read_delta(path).column("lo_orderkey").to_pylist())
     # The generator's offsets are its order keys: a clean stop leaves exactly a prefix, once.
     assert keys == list(range(len(keys))) and len(keys) > 0
-    assert SketchStore(str(path)).latest() is not None
+    assert LakeTable.at(str(path)).sketches().latest() is not None
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import clustering_depth, snapshot_files
+from lakecluster.compaction.planner import snapshot_files
 from lakecluster.config import load_config
-from lakecluster.sketch_store import SketchStore
+from lakecluster.layout import clustering_depth
 from lakecluster.stream.generator import generate
+from lakecluster.table import LakeTable
 from tests.compaction.test_compaction import SMALL, fill, generator_config
 from tests.conftest import lakecluster_cmd, subprocess_env
 
@@ -50,7 +51,7 @@ def test_tune_predicts_what_the_next_round_rewrites_and_how_deep_queries_read(sp
     rewritten = sum(size for path, size in before.items() if path not in {f.path for f in after_files})
     assert predicted["bytes_rewritten"] == rewritten  # the same planner, the same files
     assert abs(predicted["files_after"] - len(after_files)) <= max(2, 0.2 * len(after_files))
-    sketches = SketchStore(str(table)).latest()
+    sketches = LakeTable.at(str(table)).sketches().latest()
     assert sketches is not None
     for column, expected in predicted["point_query_files"].items():
         actual = clustering_depth(actions, [f.path for f in after_files], sketches, column, config.sketches.boundaries)

@@ -21,13 +21,12 @@ from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import rewrite_local
 from lakecluster.config import Config, load_config
 from lakecluster.errors import CompactionConflictError, NoBoundariesError
+from lakecluster.index.sync import sync
 from lakecluster.layout import ClusteringLayout
-from lakecluster.sketch_store import SketchStore
 from lakecluster.sketches import BoundarySketches
 from lakecluster.stream.generator import GeneratorSettings, generate
 from lakecluster.stream.job import StreamJob
-from lakecluster.stream.sink import table_spec
-from lakecluster.table import create_table, parse_user_metadata
+from lakecluster.table import LakeTable, create_table, parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker
 from tests.stream import kafka_records as kr
@@ -61,7 +60,9 @@ def generator_config(table: Path, rows: int, per_batch: int, **extra: str) -> Co
 
 
 def fill(spark, config: Config) -> None:  # type: ignore[no-untyped-def]
-    StreamJob(config, spark=spark, available_now=True).run()
+    """Stream the generator's rows into the table, as ``lakecluster stream --available-now`` does
+    (the index synced after each batch when ``index.sync_after_stream`` says so)."""
+    StreamJob(config, spark=spark, available_now=True, index_sync=sync).run()
 
 
 def row_multiset(table: pa.Table) -> Counter:
@@ -171,9 +172,9 @@ def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, tmp_path: 
     assert first.compact_group(group, sketches).result == "committed"  # ... when the first commits
     version = DeltaTable(str(table)).version()
     with pytest.raises(CompactionConflictError, match="no longer in the table"):  # a snapshot at the read version
-        commit_rewrite(second.spark, str(table), group, written, metadata={"operation": "compaction"})
+        commit_rewrite(second.spark, LakeTable(config).delta, group, written, details={"operation": "compaction"})
     with pytest.raises(CompactionConflictError, match="no longer in the table"):  # the compactor's own view
-        commit_rewrite(second.spark, str(table), group, written, metadata={"operation": "compaction"},
+        commit_rewrite(second.spark, LakeTable(config).delta, group, written, details={"operation": "compaction"},
                        gone_since=second._gone_since)  # fmt: skip
     assert second.live.full_reads == 1  # it followed the first compactor's commit from the log
     assert DeltaTable(str(table)).version() == version
@@ -194,7 +195,7 @@ def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, tmp_p
     (table / written[0].path).unlink()  # e.g. another process's cleanup
     version = DeltaTable(str(table)).version()
     with pytest.raises(CompactionConflictError, match="missing"):
-        commit_rewrite(compactor.spark, str(table), group, written, metadata={"operation": "compaction"})
+        commit_rewrite(compactor.spark, LakeTable(config).delta, group, written, details={"operation": "compaction"})
     assert DeltaTable(str(table)).version() == version
     assert read_delta(table).num_rows == 6_000
 
@@ -223,7 +224,8 @@ def test_the_local_and_the_spark_rewrite_lay_out_the_same_files(spark, tmp_path:
 def test_rewritten_files_follow_the_tables_stats_properties_as_they_change(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=8_000, per_batch=2_000, **{"table.partition_by": "[]", **ENGINES[engine]})
-    create_table(spark, table_spec(config), properties={"delta.dataSkippingNumIndexedCols": "2"})
+    lake = LakeTable(config)
+    create_table(spark, lake.delta, lake.spec, properties={"delta.dataSkippingNumIndexedCols": "2"})
     fill(spark, config)
     compactor = Compactor(config, spark=spark)
 
@@ -281,7 +283,7 @@ def test_partition_values_that_need_uri_encoding_are_compacted(spark, tmp_path: 
     for c in config.table.clustering_columns:
         sketches.sketches[c].update(data[c])
     sketches.delta_version = DeltaTable(str(table)).version()
-    SketchStore(str(table)).write(sketches)
+    LakeTable.at(str(table)).sketches().write(sketches)
     results = Compactor(config, spark=spark).run_once()
     assert [r.result for r in results] == ["committed"] * 3, results
     assert row_multiset(read_delta(table)) == row_multiset(data)

@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from lakecluster.compaction.loop import Compactor
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
+from lakecluster.table import LakeTable
 from tests.compaction.test_compaction import fill, generator_config, row_multiset
 from tests.conftest import duckdb_connection, read_delta
 from tests.index.test_concurrency import assert_sound_and_current
@@ -41,7 +42,7 @@ def test_the_log_is_checkpointed_and_expired_entries_go_by_deltas_rules(spark, t
     # Delta checkpoints every 10 commits (delta.checkpointInterval): a reader starts from it.
     assert 10 in _checkpoints(log), sorted(p.name for p in log.iterdir())
     assert json.loads((log / "_last_checkpoint").read_text())["version"] >= 10
-    spec = IndexSpec.from_config(generator_config(table, rows=6_000, per_batch=500, **settings))
+    spec = IndexSpec.of(LakeTable(generator_config(table, rows=6_000, per_batch=500, **settings)))
     sync(spec)
 
     # A table that has lived for weeks: a 7-day log retention (a user's choice, set with Delta; it

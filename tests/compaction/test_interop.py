@@ -14,8 +14,8 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster.compaction.loop import Compactor
-from lakecluster.ssb import SSB_COLUMNS
 from lakecluster.stream.generator import GeneratorSettings, generate
+from lakecluster.stream.ssb import SSB_COLUMNS
 from tests.compaction.test_compaction import fill, generator_config
 from tests.conftest import duckdb_connection, read_delta
 from tests.spark_scans import files_scanned

@@ -10,12 +10,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from lakecluster.compaction.live_files import LiveFiles, _runs
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.planner import file_run, snapshot_files
 from lakecluster.config import Config, load_config
 from lakecluster.errors import TableNotFoundError
 from lakecluster.schema import ColumnSpec
+from lakecluster.table import LakeTable
+from lakecluster.table.live_files import LiveFiles, _runs
 from tests.index.tables import COLUMNS, PARTITION_BY, append, batch, checkpoint_and_clean_up, rewrite_partition
 
 BY_NAME = {c.name: c for c in COLUMNS}
@@ -31,7 +32,7 @@ def config_for(table: Path, **extra: str) -> Config:
 
 
 def live_files(table: Path) -> LiveFiles:
-    return LiveFiles(str(table), [BY_NAME[p] for p in PARTITION_BY], STATS)
+    return LiveFiles(LakeTable.at(str(table)).delta, [BY_NAME[p] for p in PARTITION_BY], STATS)
 
 
 def fresh(table: Path) -> pa.Table:
@@ -116,7 +117,7 @@ def test_the_compactor_refuses_a_missing_table_and_shares_its_view_with_the_moni
     table = tmp_path / "t"
     append(table, batch(0, 100, seed=1), 0)
     compactor = Compactor(config_for(table))
-    assert compactor.monitor.live is compactor.live
+    assert compactor.monitor.table.live_files() is compactor.live
     compactor.plan()
     assert compactor.monitor.observe()
     assert compactor.live.full_reads == 1  # one read of the snapshot for both
@@ -126,12 +127,12 @@ def test_an_empty_partition_value_is_null_from_the_log_as_from_the_snapshot(tmp_
     table = str(tmp_path / "t")
     rows = pa.table({"s": pa.array(["", "x"]), "v": pa.array([1, 2], pa.int64())})
     write_deltalake(table, rows, partition_by=["s"])  # delta-rs writes "" for the empty string: Delta's null
-    live = LiveFiles(table, [ColumnSpec("s", "string")], [ColumnSpec("v", "long")])
+    live = LiveFiles(LakeTable.at(table).delta, [ColumnSpec("s", "string")], [ColumnSpec("v", "long")])
     live.refresh()
     write_deltalake(table, rows, partition_by=["s"], mode="append")
     live.refresh()
     assert live.full_reads == 1
     assert sorted(live.table["partition.s"].to_pylist(), key=str) == [None, None, "x", "x"]
-    again = LiveFiles(table, [ColumnSpec("s", "string")], [ColumnSpec("v", "long")])
+    again = LiveFiles(LakeTable.at(table).delta, [ColumnSpec("s", "string")], [ColumnSpec("v", "long")])
     again.refresh()
     assert live.table.sort_by("path").equals(again.table.sort_by("path"))

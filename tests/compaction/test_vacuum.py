@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.vacuum import vacuum
 from lakecluster.errors import ConfigError, RetentionError
+from lakecluster.table import LakeTable
 from tests.compaction.test_compaction import fill, generator_config, row_multiset
 from tests.compaction.test_interop import files_read
 from tests.conftest import duckdb_connection
@@ -83,7 +84,7 @@ def test_time_travel_within_retention_survives_vacuum_and_older_files_are_gone(s
     files_of = {v: {Path(u).name for u in DeltaTable(str(table), version=v).file_uris()} for v in expected}
     present_before = {p.name for p in table.glob("part-*.parquet")}
 
-    report = vacuum(spark.newSession(), str(table), retention_hours=2, force=True)
+    report = vacuum(spark.newSession(), LakeTable.at(str(table)).delta, retention_hours=2, force=True)
 
     present = {p.name for p in table.glob("part-*.parquet")}
     deleted = present_before - present
@@ -124,7 +125,7 @@ def test_a_fractional_retention_is_refused_because_delta_rounds_it(spark, tmp_pa
     config = generator_config(table, rows=2_000, per_batch=1_000, **{"table.partition_by": "[]"})
     fill(spark, config)
     with pytest.raises(RetentionError, match="whole number of hours"):
-        vacuum(spark.newSession(), str(table), retention_hours=0.4, force=True)
+        vacuum(spark.newSession(), LakeTable.at(str(table)).delta, retention_hours=0.4, force=True)
     with pytest.raises(ConfigError, match=r"vacuum\.retention_hours"):
         generator_config(table, rows=1, per_batch=1, **{"vacuum.retention_hours": "0.5", "vacuum.force": "true"})
     assert DeltaTable(str(table)).history(1)[0]["operation"] != "VACUUM START", "nothing ran"

@@ -12,7 +12,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.index import predicate as P
+from lakecluster import predicate as P
 from lakecluster.index.prune import evaluate
 from lakecluster.index.stats import from_log_actions
 from lakecluster.parquet_files import delta_stats

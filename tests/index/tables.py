@@ -14,8 +14,9 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from lakecluster.compaction.planner import snapshot_files
-from lakecluster.parquet_files import WrittenFile, write_files
+from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import ColumnSpec, arrow_schema
+from tests.parquet_writes import write_files
 
 COLUMNS = (
     ColumnSpec("id", "long"),

@@ -26,13 +26,14 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from lakecluster import predicate as P
 from lakecluster.errors import StatsIndexError
-from lakecluster.index import predicate as P
 from lakecluster.index.prune import evaluate, prune
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.stats import from_add_actions
 from lakecluster.index.store import IndexStore, Manifest
 from lakecluster.index.sync import rebuild, store_for, sync
+from lakecluster.table import LakeTable
 
 SCHEMA = pa.schema({"id": pa.int64(), "city": pa.string(), "year": pa.int32(), "x": pa.float64()})
 PARTITION_BY = ["year"]
@@ -89,7 +90,7 @@ def new_table(tmp_path: Path, commits: int = 6, **spec_changes: Any) -> tuple[Pa
     table = tmp_path / "t"
     for i in range(commits):
         append(table, batch(i * 100_000, 100, seed=i))
-    spec = replace(IndexSpec.for_table(str(table)), **spec_changes)
+    spec = replace(IndexSpec.for_location(LakeTable.at(str(table))), **spec_changes)
     assert sync(spec).mode == "rebuild"
     return table, spec
 
@@ -301,7 +302,7 @@ def test_a_reader_never_sees_a_partly_written_manifest(tmp_path: Path) -> None:
     def read() -> None:
         while not stop.is_set():
             try:
-                m = IndexStore(spec.index_path).manifest()
+                m = store_for(spec).manifest()
                 seen.add(m.delta_version if m else None)
             except StatsIndexError as e:
                 errors.append(e)

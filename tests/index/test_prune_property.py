@@ -14,7 +14,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakecluster.index.predicate import parse
+from lakecluster.predicate import parse
 from lakecluster.schema import ColumnSpec
 from tests.index.oracle import candidates, files_of, index_rows_of, matching_files
 

@@ -11,11 +11,13 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import clustering_depth, snapshot_files
+from lakecluster.compaction.planner import snapshot_files
 from lakecluster.index.prune import prune
 from lakecluster.index.reader import read_candidates
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import rebuild, store_for, sync
+from lakecluster.layout import clustering_depth
+from lakecluster.table import LakeTable
 from tests.compaction.test_compaction import fill, generator_config
 from tests.conftest import duckdb_connection
 
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.integration
 def test_index_kept_through_stream_and_compaction_equals_rebuild_and_prunes_for_spark(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=12_000, per_batch=3_000, **{"index.max_segments": "3"})
-    spec = IndexSpec.from_config(config)
+    spec = IndexSpec.of(LakeTable(config))
     fill(spark, config)
     assert sync(spec).mode == "rebuild"  # first sync: no index yet
     compactor = Compactor(config, spark=spark)
@@ -65,7 +67,7 @@ def test_index_kept_through_stream_and_compaction_equals_rebuild_and_prunes_for_
 def test_stream_keeps_the_index_current_when_asked(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=6_000, per_batch=2_000, **{"index.sync_after_stream": "true"})
-    spec = IndexSpec.from_config(config)
+    spec = IndexSpec.of(LakeTable(config))
     fill(spark, config)
     manifest = store_for(spec).manifest()
     assert manifest is not None and manifest.delta_version == DeltaTable(str(table)).version()

@@ -19,6 +19,7 @@ from lakecluster.index.prune import prune
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.store import merge_plan
 from lakecluster.index.sync import is_current, rebuild, store_for, sync
+from lakecluster.table import LakeTable
 from tests.index.tables import append, batch, rewrite_partition
 
 
@@ -31,7 +32,7 @@ def rebuilt(spec: IndexSpec, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_incremental_sync_after_appends_and_rewrites_equals_a_rebuild(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spec = replace(IndexSpec.for_table(str(table)), max_segments=100)
+    spec = replace(IndexSpec.for_location(LakeTable.at(str(table))), max_segments=100)
     append(table, batch(0, 200, seed=1), 0)
     assert sync(spec).mode == "rebuild"  # no index yet
     modes = []
@@ -57,7 +58,7 @@ def test_incremental_sync_after_appends_and_rewrites_equals_a_rebuild(tmp_path: 
 
 def test_segments_merge_by_size_and_keep_tombstones_until_the_base_is_rewritten(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spec = IndexSpec.for_table(str(table))  # max_segments 8
+    spec = IndexSpec.for_location(LakeTable.at(str(table)))  # max_segments 8
     append(table, batch(0, 3000, seed=1), 0, rows_per_file=20)
     sync(spec)
     first_base = store_for(spec).manifest().base  # type: ignore[union-attr]
@@ -107,7 +108,7 @@ def test_an_empty_partition_value_is_indexed_as_null_incrementally_as_in_a_rebui
     table = str(tmp_path / "t")
     rows = pa.table({"s": pa.array(["", "x"]), "v": pa.array([1, 2], pa.int64())})
     write_deltalake(table, rows, partition_by=["s"])  # "" in partitionValues: Delta's null
-    spec = IndexSpec.for_table(table)
+    spec = IndexSpec.for_location(LakeTable.at(table))
     assert sync(spec).mode == "rebuild"
     write_deltalake(table, rows, partition_by=["s"], mode="append")
     assert sync(spec).mode == "incremental"
@@ -118,7 +119,7 @@ def test_an_empty_partition_value_is_indexed_as_null_incrementally_as_in_a_rebui
 
 def test_a_checkpoint_that_hides_needed_commits_makes_sync_rebuild(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spec = IndexSpec.for_table(str(table))
+    spec = IndexSpec.for_location(LakeTable.at(str(table)))
     append(table, batch(0, 100, seed=1), 0)
     sync(spec)
     for i in range(1, 4):
@@ -134,7 +135,7 @@ def test_a_checkpoint_that_hides_needed_commits_makes_sync_rebuild(tmp_path: Pat
 
 def test_unreadable_manifest_or_changed_settings_rebuild(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spec = IndexSpec.for_table(str(table))
+    spec = IndexSpec.for_location(LakeTable.at(str(table)))
     append(table, batch(0, 100, seed=1), 0)
     sync(spec)
     Path(spec.index_path, "manifest.json").write_text("{not json")
@@ -149,7 +150,7 @@ def test_unreadable_manifest_or_changed_settings_rebuild(tmp_path: Path) -> None
 
 def test_one_column_is_read_from_its_own_row_groups_only(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spec = replace(IndexSpec.for_table(str(table)), row_group_rows=64)
+    spec = replace(IndexSpec.for_location(LakeTable.at(str(table))), row_group_rows=64)
     append(table, batch(0, 3000, seed=1), 0, rows_per_file=10)  # 300 files, 8 columns
     sync(spec)
     store = store_for(spec)
@@ -170,7 +171,7 @@ def test_one_column_is_read_from_its_own_row_groups_only(tmp_path: Path) -> None
 
 def test_prune_syncs_a_stale_index_and_without_sync_refuses_it(tmp_path: Path) -> None:
     table = tmp_path / "t"
-    spec = IndexSpec.for_table(str(table))
+    spec = IndexSpec.for_location(LakeTable.at(str(table)))
     append(table, batch(0, 100, seed=1), 0)
     sync(spec)
     version = append(table, batch(10_000, 10, seed=2), 1)  # ids 10000..10009, in new files

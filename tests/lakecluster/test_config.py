@@ -15,8 +15,9 @@ import pytest
 
 from lakecluster.config import Config, describe, is_secret, load_config, parse_overrides
 from lakecluster.errors import ConfigError
-from lakecluster.ssb import SSB_COLUMNS
-from lakecluster.table import TableSpec
+from lakecluster.stream.source import open_source
+from lakecluster.stream.ssb import SSB_COLUMNS
+from lakecluster.table import LakeTable, TableSpec
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -25,7 +26,8 @@ def test_defaults_run_the_generator_into_a_local_table() -> None:
     config = load_config(environ={})
     assert config.source.kind == "generator"
     assert config.table.clustering_columns == ("s_city", "c_city", "p_brand")
-    assert config.checkpoint.startswith(config.table.path + "/_lakecluster/")
+    table = LakeTable(config)
+    assert table.paths.checkpoint.startswith(table.uri + "/_lakecluster/")
 
 
 def test_file_then_env_then_flags(tmp_path: Path) -> None:
@@ -70,7 +72,7 @@ def test_bad_config_names_the_key(tmp_path: Path, toml: str, key: str, words: st
     f = tmp_path / "c.toml"
     f.write_text(toml)
     with pytest.raises(ConfigError) as info:
-        load_config(f, environ={})
+        open_source(load_config(f, environ={}))  # what every command checks before it runs
     assert info.value.key == key
     assert key in str(info.value) and words in str(info.value)
 
@@ -212,7 +214,7 @@ def _ddl_columns(ddl: str) -> dict[str, str]:
 
 
 def test_required_columns_are_not_null_in_the_delta_schema() -> None:
-    spec = TableSpec.of_columns("/tmp/t", SSB_COLUMNS, ("d_year",))
+    spec = TableSpec.of_columns(SSB_COLUMNS, ("d_year",))
     columns = _ddl_columns(spec.ddl)
     assert list(columns) == [c.name for c in SSB_COLUMNS]
     assert columns["lo_orderkey"] == "bigint NOT NULL"
@@ -229,7 +231,7 @@ def test_required_from_the_config_reaches_the_ddl(tmp_path: Path) -> None:
         '  { name = "amount", type = "decimal(10,2)", required = true },\n  { name = "day", type = "date" },\n]\n'
     )
     t = load_config(f, environ={}).table
-    assert _ddl_columns(TableSpec.of_columns(t.path, t.columns, t.partition_by).ddl) == {
+    assert _ddl_columns(TableSpec.of_columns(t.columns, t.partition_by).ddl) == {
         "id": "bigint NOT NULL", "city": "string NOT NULL", "amount": "decimal(10,2) NOT NULL", "day": "date",
     }  # fmt: skip
 

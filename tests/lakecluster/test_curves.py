@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 from hilbertcurve.hilbertcurve import HilbertCurve
 
-from lakecluster.curves import argsort_keys, curve_key, hilbert, interleave, key_array, key_to_int
+from lakecluster.curves import argsort_keys, curve_key, hilbert, interleave, key_array
+
+
+def key_to_int(key: np.ndarray) -> list[int]:
+    """Curve keys (rows of big-endian bytes) as Python integers."""
+    return [int.from_bytes(row.tobytes(), "big") for row in key]
 
 
 def _grid(d: int, bits: int) -> list[np.ndarray]:

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from lakecluster.schema import ColumnSpec
-from lakecluster.sketch_store import SketchStore, load_or_empty
 from lakecluster.sketches import BoundarySketches, ColumnSketch
+from lakecluster.table import LakeTable, load_or_empty
 
 
 def _rank_of(sorted_values: np.ndarray, q: float) -> float:
@@ -96,7 +96,7 @@ def test_dates_and_timestamps_rank_in_time_order() -> None:
 
 def test_store_writes_atomically_and_latest_wins(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cols = (ColumnSpec("city", "string"), ColumnSpec("qty", "int"))
-    store = SketchStore(str(tmp_path))
+    store = LakeTable.at(str(tmp_path)).sketches()
     state = load_or_empty(store, cols, k=64)
     seen: list[tuple[int, int]] = []
     errors: list[BaseException] = []
@@ -104,7 +104,7 @@ def test_store_writes_atomically_and_latest_wins(tmp_path) -> None:  # type: ign
     writing.set()
 
     def read_while_writing() -> None:
-        reader = SketchStore(str(tmp_path))
+        reader = LakeTable.at(str(tmp_path)).sketches()
         while writing.is_set():
             try:
                 got = reader.latest()

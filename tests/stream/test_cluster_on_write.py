@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from lakecluster.compaction.planner import clustering_depth
 from lakecluster.config import load_config
-from lakecluster.sketch_store import SketchStore
+from lakecluster.layout import clustering_depth
 from lakecluster.stream.job import StreamJob
+from lakecluster.table import LakeTable
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ def _depth(table: Path) -> float:
     actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
     # files of batches after the first (the first batch has no boundaries yet)
     paths = [p for p in actions["path"].to_pylist() if "part-s0000000000-" not in p]
-    sketches = SketchStore(str(table)).latest()
+    sketches = LakeTable.at(str(table)).sketches().latest()
     assert sketches is not None
     cols = ("s_city", "c_city", "p_brand")
     return sum(clustering_depth(actions, paths, sketches, c) for c in cols) / len(cols)

@@ -14,7 +14,8 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster.config import load_config
-from lakecluster.sketch_store import SketchStore
+from lakecluster.stream.job import StreamJob
+from lakecluster.table import LakeTable
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker as Broker
 from tests.stream import kafka_records as kr
@@ -42,7 +43,7 @@ CRASHES = ["sigkill-mid-run", "after_quarantine_commit:1+lost-checkpoint", "afte
 
 
 @pytest.mark.parametrize("crash", CRASHES)
-def test_crash_and_restart_is_exactly_once(broker: Broker, tmp_path: Path, crash: str) -> None:
+def test_crash_and_restart_is_exactly_once(spark, broker: Broker, tmp_path: Path, crash: str) -> None:  # type: ignore[no-untyped-def]
     topic = f"crash_{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, 3)
     records = kr.build(0, 600, partitions=3, seed=11)
@@ -65,14 +66,13 @@ def test_crash_and_restart_is_exactly_once(broker: Broker, tmp_path: Path, crash
         os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
     log.close()
     if crash.endswith("+lost-checkpoint"):
-        shutil.rmtree(load_config(cfg).checkpoint)
+        shutil.rmtree(LakeTable(load_config(cfg)).paths.checkpoint)
     partial = kr.table_rows(read_delta(table))
     assert len(partial) < len(kr.expected_rows(records)), "the crash came after everything was ingested"
     assert len(partial) == len(set(partial)), "duplicates before the restart"
 
-    restart = subprocess.run(lakecluster_cmd("--config", str(cfg), "stream", "--available-now"),
-                             capture_output=True, text=True, env=subprocess_env(), timeout=300)  # fmt: skip
-    assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr[-3000:]
+    # The restart: the same stream (its checkpoint, or none) in another process, this one.
+    StreamJob(load_config(cfg, environ={}), spark=spark, available_now=True).run()
 
     assert kr.table_rows(read_delta(table)) == kr.expected_rows(records)
     quarantine = read_delta(str(table) + "_quarantine").to_pylist()
@@ -80,7 +80,7 @@ def test_crash_and_restart_is_exactly_once(broker: Broker, tmp_path: Path, crash
     assert sorted((q["partition"], q["offset"]) for q in quarantine) == sorted(expected_bad)
     # The sketches count every valid row once: a batch whose sketches the crash cut off
     # (after_table_commit) is sketched on restart, and none is sketched twice.
-    sketches = SketchStore(str(table)).latest()
+    sketches = LakeTable.at(str(table)).sketches().latest()
     assert sketches is not None
     city = sketches.sketches["city"]
     assert city.n + city.nulls == len(kr.expected_rows(records))

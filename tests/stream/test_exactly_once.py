@@ -15,9 +15,9 @@ import pytest
 
 from lakecluster.config import load_config
 from lakecluster.errors import LeaseHeldError
-from lakecluster.sketch_store import SketchStore
 from lakecluster.stream import resume
-from lakecluster.stream.job import StreamJob, lease_uri
+from lakecluster.stream.job import StreamJob
+from lakecluster.table import LakeTable
 from tests.conftest import read_delta
 from tests.services.kafka import KafkaBroker
 from tests.stream import kafka_records as kr
@@ -48,15 +48,15 @@ def test_lost_checkpoint_resumes_exactly_from_the_offsets_in_the_table(spark, ka
     assert sum(r.rows for r in partial) < 600, "the first run must stop part-way"
     second = kr.build(10_000, 300, partitions=3, seed=22)
     kafka.produce(topic, [(r.partition, r.value) for r in second])
-    shutil.rmtree(config.checkpoint)  # the checkpoint is lost mid-way
+    shutil.rmtree(LakeTable(config).paths.checkpoint)  # the checkpoint is lost mid-way
 
     StreamJob(config, spark=spark, available_now=True).run()
 
     rows = kr.table_rows(read_delta(table))
     assert rows == kr.expected_rows(first + second), "rows lost or duplicated after the checkpoint was lost"
     expected_bad = sorted((p, o) for p, o, r in kr.with_offsets(first + second) if r.reason)
-    assert _quarantined(config.table.resolved_quarantine_path) == expected_bad
-    marker = json.loads((Path(config.checkpoint) / resume.MARKER).read_text())
+    assert _quarantined(LakeTable(config).quarantine.uri) == expected_bad
+    marker = json.loads((Path(LakeTable(config).paths.checkpoint) / resume.MARKER).read_text())
     assert marker["resumed_from"] == "table"
     assert marker["txn_base"] > max(r.txn_version for r in partial), "txn versions must continue, not restart"
 
@@ -70,7 +70,7 @@ def test_two_streams_from_different_topics_into_one_table_both_land_in_full(spar
         load_config(kr.write_config(tmp_path / f"c{i}.toml", bootstrap=kafka.bootstrap, topic=t, table=table))
         for i, t in enumerate(topics)
     ]
-    assert configs[0].stream_id != configs[1].stream_id
+    assert LakeTable(configs[0]).stream_id != LakeTable(configs[1]).stream_id
     for t in topics:
         kafka.produce(t, [(r.partition, r.value) for r in records[t]])
     for c in configs:
@@ -85,9 +85,9 @@ def test_two_streams_from_different_topics_into_one_table_both_land_in_full(spar
     everything = [r for t in topics for r in records[t] + more[t]]
     assert kr.table_rows(read_delta(table)) == kr.expected_rows(everything)
     bad = [r for r in everything if r.reason]
-    assert len(read_delta(configs[0].table.resolved_quarantine_path)) == len(bad)
+    assert len(read_delta(LakeTable(configs[0]).quarantine.uri)) == len(bad)
     # Each stream keeps its own sketches; readers merge them: every valid row is counted once.
-    merged = SketchStore(str(table)).latest()
+    merged = LakeTable.at(str(table)).sketches().latest()
     assert merged is not None
     city = merged.sketches["city"]
     assert city.n + city.nulls == len(kr.expected_rows(everything))
@@ -104,8 +104,10 @@ def test_a_second_writer_of_the_same_stream_is_refused_and_a_killed_holder_frees
 
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
+        from lakecluster.config import StorageConfig
         from lakecluster.lease import Lease
-        lease = Lease.acquire({lease_uri(config)!r}, "stream {config.stream_id} (test holder)")
+        lease = Lease.acquire({LakeTable(config).paths.lease()!r}, "stream {LakeTable(config).stream_id} (test holder)",
+                              storage=StorageConfig())
         print("held", flush=True)
         time.sleep(600)
     """)], stdout=subprocess.PIPE, text=True)  # fmt: skip

@@ -12,8 +12,9 @@ import pytest
 
 from lakecluster.config import load_config
 from lakecluster.errors import ConfigError
-from lakecluster.ssb import BRANDS, CITIES, SSB_COLUMNS, SSB_FULL_COLUMNS, dimension_sizes, retail_price_cents
 from lakecluster.stream.generator import GeneratorSettings, generate
+from lakecluster.stream.source import open_source
+from lakecluster.stream.ssb import BRANDS, CITIES, SSB_COLUMNS, SSB_FULL_COLUMNS, dimension_sizes, retail_price_cents
 
 SETTINGS = GeneratorSettings(seed=5, scale_factor=0.1)
 
@@ -69,12 +70,13 @@ def test_full_schema_follows_its_dimensions_and_dbgen() -> None:
 def test_a_column_the_generator_does_not_make_or_a_wrong_type_fails_at_load() -> None:
     base = {"source.kind": "generator", "table.partition_by": "[]", "table.clustering_columns": '["s_city"]'}
     city = '{ name = "s_city", type = "string" }'
+    def load(columns: str) -> None:  # what every command checks before it runs
+        open_source(load_config(overrides={**base, "table.columns": f"[{city}, {columns}]"}, environ={}))
+
     with pytest.raises(ConfigError, match="does not produce 'lo_nothing'"):
-        load_config(overrides={**base, "table.columns": f'[{city}, {{ name = "lo_nothing", type = "int" }}]'},
-                    environ={})  # fmt: skip
+        load('{ name = "lo_nothing", type = "int" }')
     with pytest.raises(ConfigError, match="lo_discount as double or int"):
-        load_config(overrides={**base, "table.columns": f'[{city}, {{ name = "lo_discount", type = "string" }}]'},
-                    environ={})  # fmt: skip
+        load('{ name = "lo_discount", type = "string" }')
     full_table = "[" + ", ".join(f'{{ name = "{c.name}", type = "{c.type}" }}' for c in SSB_FULL_COLUMNS) + "]"
     declared = load_config(overrides={**base, "table.columns": full_table}, environ={}).table.columns
     assert len(declared) == len(SSB_FULL_COLUMNS)

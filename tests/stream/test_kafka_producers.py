@@ -11,6 +11,7 @@ import pytest
 from lakecluster.config import load_config
 from lakecluster.errors import BrokerUnavailableError
 from lakecluster.stream.job import StreamJob
+from lakecluster.table import LakeTable
 from tests.conftest import read_delta
 from tests.services.kafka import COMPRESSIONS, SASL_USERS, KafkaBroker, Message, plain_jaas_config
 from tests.stream import kafka_records as kr
@@ -66,7 +67,7 @@ def test_compressed_and_transactional_batches_land_once_aborted_ones_never(
     StreamJob(config, spark=spark, available_now=True).run()
 
     assert kr.table_rows(read_delta(table)) == kr.expected_rows(landed)
-    quarantine = read_delta(config.table.resolved_quarantine_path).to_pylist()
+    quarantine = read_delta(LakeTable(config).quarantine.uri).to_pylist()
     expected_bad = {at: (r, m) for at, (r, m) in sent.items() if r.reason and dict(m.headers)["batch"] != b"aborted"}
     assert {(q["partition"], q["offset"]) for q in quarantine} == set(expected_bad)
     for q in quarantine:
@@ -77,7 +78,7 @@ def test_compressed_and_transactional_batches_land_once_aborted_ones_never(
 
     # Spark SQL reads the quarantine table too, headers included.
     through_spark = spark.sql(
-        f"SELECT partition, offset, raw_key, headers FROM delta.`{config.table.resolved_quarantine_path}`"
+        f"SELECT partition, offset, raw_key, headers FROM delta.`{LakeTable(config).quarantine.uri}`"
     ).collect()
     assert {(r["partition"], r["offset"], bytes(r["raw_key"])) for r in through_spark} == {
         (p, o, m.key) for (p, o), (_, m) in expected_bad.items()

@@ -9,6 +9,7 @@ import pytest
 
 from lakecluster.config import load_config
 from lakecluster.stream.job import StreamJob
+from lakecluster.table import LakeTable
 from tests.conftest import duckdb_connection, read_delta
 from tests.services.kafka import KafkaBroker as Broker
 from tests.stream import kafka_records as kr
@@ -32,7 +33,7 @@ def test_stream_lands_valid_rows_once_and_quarantines_the_rest(spark, broker: Br
 
     assert len(reports) >= 3, "max_offsets_per_trigger=200 over ~713 records must take several batches"
     assert kr.table_rows(read_delta(table)) == kr.expected_rows(first)
-    quarantine = read_delta(config.table.resolved_quarantine_path).to_pylist()
+    quarantine = read_delta(LakeTable(config).quarantine.uri).to_pylist()
     expected_bad = {(p, o): r for p, o, r in kr.with_offsets(first) if r.reason}
     assert {(q["partition"], q["offset"]) for q in quarantine} == set(expected_bad)
     for q in quarantine:
@@ -47,7 +48,7 @@ def test_stream_lands_valid_rows_once_and_quarantines_the_rest(spark, broker: Br
     broker.produce(topic, [(r.partition, r.value) for r in second])
     StreamJob(config, spark=spark, available_now=True).run()
     assert kr.table_rows(read_delta(table)) == kr.expected_rows(first + second)
-    assert len(read_delta(config.table.resolved_quarantine_path)) == len(expected_bad)
+    assert len(read_delta(LakeTable(config).quarantine.uri)) == len(expected_bad)
 
 
 def test_duckdb_reads_the_same_table(spark, broker: Broker, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from lakecluster.config import load_config
 from lakecluster.stream import kafka
 from lakecluster.stream.job import StreamJob, progress_printer
 from lakecluster.stream.lag import lag, measure, recorded_offsets
+from lakecluster.table import LakeTable
 from tests.conftest import read_delta
 from tests.services.kafka import KafkaBroker as Broker
 from tests.stream import kafka_records as kr
@@ -44,7 +45,7 @@ def test_stream_exports_its_lag_and_the_table_tells_it_after_a_stop(spark, broke
     client = kafka.consumer(config.source.kafka)
     try:
         # Nothing committed yet: every record of every partition is lag.
-        assert recorded_offsets(str(table), config.stream_id) is None
+        assert recorded_offsets(LakeTable(config)) is None
         produced = {p: sum(r.partition == p for r in first) for p in range(3)}
         assert measure(config.source.kafka, client, {}) == {(topic, p): n for p, n in produced.items()}
 
@@ -59,9 +60,10 @@ def test_stream_exports_its_lag_and_the_table_tells_it_after_a_stop(spark, broke
         # Once the monitor has measured (every 0.2 s here), every line tells the lag.
         assert shown and all(found[found.index(next(m for m in found if m)):]), batch_lines
         assert all(0 <= n <= len(first) for n in shown)
-        assert job.total_lag() == sum(job.lag.latest.values())  # type: ignore[union-attr]
-        assert job.lag is not None and job.lag.latest is not None, "the monitor measured while the stream ran"
-        assert job.lag.measure_once() == {(topic, p): 0 for p in range(3)}
+        monitor = job.source.monitor  # type: ignore[attr-defined]  # the Kafka source's lag monitor
+        assert monitor is not None and monitor.latest is not None, "the monitor measured while the stream ran"
+        assert job.total_lag() == sum(monitor.latest.values())
+        assert monitor.measure_once() == {(topic, p): 0 for p in range(3)}
         assert [_gauge(topic, p) for p in range(3)] == [0.0, 0.0, 0.0]
 
         # Records arriving while the stream is stopped: the table's recorded offsets tell the lag.
@@ -69,7 +71,7 @@ def test_stream_exports_its_lag_and_the_table_tells_it_after_a_stop(spark, broke
         broker.produce(topic, [(r.partition, r.value) for r in more])
         expected = {(topic, p): sum(r.partition == p for r in more) for p in range(3)}
         assert expected[(topic, 2)] == 0 and expected[(topic, 0)] > 0
-        committed = recorded_offsets(str(table), config.stream_id)
+        committed = recorded_offsets(LakeTable(config))
         assert committed == {topic: produced}
         assert measure(config.source.kafka, client, committed) == expected
     finally:

@@ -17,8 +17,7 @@ from deltalake import DeltaTable
 
 from lakecluster.config import load_config
 from lakecluster.stream.job import StreamJob
-from lakecluster.stream.sink import table_spec
-from lakecluster.table import create_table, parse_user_metadata
+from lakecluster.table import LakeTable, create_table, parse_user_metadata
 from tests.conftest import duckdb_connection, read_delta
 from tests.services.kafka import KafkaBroker as Broker
 from tests.stream import kafka_records as kr
@@ -53,7 +52,7 @@ def test_tasks_write_the_batch_and_delta_commits_it_as_an_append(spark, broker: 
     reports = StreamJob(config, spark=spark, available_now=True).run()
     assert len(reports) >= 2
 
-    quarantine_path = Path(config.table.resolved_quarantine_path)
+    quarantine_path = Path(LakeTable(config).quarantine.uri)
     for path, expected_rows in ((table, sum(r.rows for r in reports)),
                                 (quarantine_path, sum(r.quarantined for r in reports))):  # fmt: skip
         writes = [c for c in _commits(path) if any("txn" in a for a in c)]
@@ -65,7 +64,7 @@ def test_tasks_write_the_batch_and_delta_commits_it_as_an_append(spark, broker: 
             assert info["operation"] == "WRITE" and info["operationParameters"]["mode"] == "Append"
             assert info["isBlindAppend"] is True
             meta = parse_user_metadata(info["userMetadata"])
-            assert meta is not None and meta["txn"] == txn["version"] and txn["appId"] == config.stream_id
+            assert meta is not None and meta["txn"] == txn["version"] and txn["appId"] == LakeTable(config).stream_id
             metrics = info["operationMetrics"]
             assert int(metrics["numFiles"]) == len(adds)
             assert int(metrics["numOutputRows"]) == sum(json.loads(a["stats"])["numRecords"] for a in adds)
@@ -82,8 +81,8 @@ def test_tasks_write_the_batch_and_delta_commits_it_as_an_append(spark, broker: 
     bad = {(p, o): r for p, o, r in kr.with_offsets(records) if r.reason}
     quarantined = spark.read.format("delta").load(str(quarantine_path)).toArrow().to_pylist()
     assert {(q["partition"], q["offset"]): q["raw_value"] for q in quarantined} == {k: r.value for k, r in bad.items()}
-    assert all(q["stream_id"] == config.stream_id and q["reason"] for q in quarantined)
-    assert DeltaTable(str(table)).transaction_version(config.stream_id) == reports[-1].txn_version
+    assert all(q["stream_id"] == LakeTable(config).stream_id and q["reason"] for q in quarantined)
+    assert DeltaTable(str(table)).transaction_version(LakeTable(config).stream_id) == reports[-1].txn_version
 
 
 def test_a_partitioned_table_written_by_the_tasks_reads_the_same_everywhere(spark, tmp_path: Path) -> None:
@@ -106,7 +105,7 @@ def test_a_partitioned_table_written_by_the_tasks_reads_the_same_everywhere(spar
 
 def test_a_table_with_a_check_constraint_is_written_by_deltas_writer_which_enforces_it(spark, tmp_path: Path) -> None:
     config = _generator_config(tmp_path, "checked", **{"table.partition_by": "[]"})
-    create_table(spark, table_spec(config))
+    create_table(spark, LakeTable(config).delta, LakeTable(config).spec)
     spark.sql(f"ALTER TABLE delta.`{config.table.path}` ADD CONSTRAINT negative CHECK (lo_quantity < 0)")
     with pytest.raises(Exception, match=r"DELTA_VIOLATE_CONSTRAINT.*CHECK constraint negative"):
         StreamJob(config, spark=spark, available_now=True).run()
@@ -149,7 +148,7 @@ def test_task_files_carry_stats_for_the_columns_deltas_writer_picks(  # type: ig
     for on in (True, False):
         config = _generator_config(tmp_path, f"t_{on}", **{"stream.write_in_tasks": str(on).lower(),
                                                            "source.generator.max_rows": "3000"})  # fmt: skip
-        create_table(spark, table_spec(config), properties=properties)
+        create_table(spark, LakeTable(config).delta, LakeTable(config).spec, properties=properties)
         StreamJob(config, spark=spark, available_now=True).run()
         keys[on] = _stats_keys(Path(config.table.path))
     assert keys[True] == keys[False]
@@ -188,8 +187,8 @@ def test_a_query_above_a_files_numbers_still_reads_its_nan(spark, tmp_path: Path
                       buffer_bytes=1 << 20, storage=StorageConfig(), stream_id="s", batch_id=0)  # fmt: skip
     writer = BufferedFiles(path, files, rows.schema, (), None)
     writer.add(rows)
-    target = AppendTarget.of(spark, path, "`id` bigint, `x` double", ())
-    commit_append(spark, target, list(writer.close()), app_id="s", txn_version=0, user_metadata="{}")
+    target = AppendTarget.of(spark, LakeTable.at(path).delta, "`id` bigint, `x` double", ())
+    commit_append(spark, target, list(writer.close()), app_id="s", txn_version=0, details={})
     # Spark orders NaN above every number: the file must not be skipped by its stats.
     assert [r.id for r in spark.sql(f"SELECT id FROM delta.`{path}` WHERE x > 5").collect()] == [2]
     assert spark.sql(f"SELECT count(*) AS n FROM delta.`{path}` WHERE x < 2").collect()[0].n == 1

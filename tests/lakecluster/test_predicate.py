@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
+from lakecluster import predicate as P
 from lakecluster.errors import PredicateError, UnknownColumnError
-from lakecluster.index import predicate as P
-from lakecluster.ssb import SSB_COLUMNS
+from lakecluster.stream.ssb import SSB_COLUMNS
 
 
 def test_every_form_parses_with_typed_literals_and_conjunct_spans() -> None:

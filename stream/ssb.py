@@ -15,28 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lakecluster.config import DEFAULT_COLUMNS
 from lakecluster.schema import ColumnSpec
 
-SSB_COLUMNS: tuple[ColumnSpec, ...] = (
-    ColumnSpec("lo_orderkey", "long", required=True),
-    ColumnSpec("lo_linenumber", "int"),
-    ColumnSpec("lo_orderdate", "date"),
-    ColumnSpec("d_year", "int"),
-    ColumnSpec("event_time", "timestamp"),
-    ColumnSpec("c_city", "string"),
-    ColumnSpec("c_nation", "string"),
-    ColumnSpec("c_region", "string"),
-    ColumnSpec("s_city", "string"),
-    ColumnSpec("s_nation", "string"),
-    ColumnSpec("s_region", "string"),
-    ColumnSpec("p_brand", "string"),
-    ColumnSpec("p_category", "string"),
-    ColumnSpec("lo_shipmode", "string"),
-    ColumnSpec("lo_quantity", "int"),
-    ColumnSpec("lo_discount", "double"),
-    ColumnSpec("lo_revenue", "decimal(18,2)"),
-    ColumnSpec("is_returned", "boolean"),
-)
+# The default table.columns (the configuration's own default schema): the 18 columns of this
+# table most used, which the generator produces as declared there.
+SSB_COLUMNS: tuple[ColumnSpec, ...] = DEFAULT_COLUMNS
 
 # The 25 TPC-H/SSB nations with their regions.
 _NATIONS = {

@@ -1,7 +1,7 @@
-"""The table's live files as the compactor sees them, kept current from the log's new commits.
+"""The table's live files, kept current from the log's new commits (one view per table handle).
 
 Read once from the whole snapshot (delta-rs ``get_add_actions``), then brought forward by applying
-the JSON commits after its version (``delta_log``): a round costs the new commits plus a few
+the JSON commits after its version (``log.py``): a round costs the new commits plus a few
 vectorised passes over the file table, never a second read of the snapshot. A commit that is gone
 (log cleanup after a checkpoint) or that changes the table's metadata means one full read again.
 
@@ -21,11 +21,10 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.config import Config
-from lakecluster.delta_log import LogGap, NetChanges, commits_after
-from lakecluster.index.stats import partition_array, typed_stat
+from lakecluster.log_stats import partition_array, typed_stat
 from lakecluster.schema import ColumnSpec, arrow_type
-from lakecluster.table import open_table
+from lakecluster.table.location import DeltaLocation
+from lakecluster.table.log import LogGap, NetChanges
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +33,11 @@ _RUN_IN_PATH = r"(?:^|/)[^/]*?part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-[^/]*
 
 
 class LiveFiles:
-    @classmethod
-    def of_config(cls, config: Config) -> LiveFiles:
-        """The configured table's files, with the clustering columns' min/max."""
-        by_name = {c.name: c for c in config.table.columns}
-        return cls(config.table.path, [by_name[p] for p in config.table.partition_by],
-                   [by_name[c] for c in config.table.clustering_columns])  # fmt: skip
+    """The live files of the table at ``location``, with ``stats_columns``' min and max."""
 
-    def __init__(self, table_uri: str, partition_by: Sequence[ColumnSpec], stats_columns: Sequence[ColumnSpec]) -> None:
-        self.table_uri = table_uri
+    def __init__(self, location: DeltaLocation, partition_by: Sequence[ColumnSpec],
+                 stats_columns: Sequence[ColumnSpec]) -> None:  # fmt: skip
+        self.location = location
         self.partition_by = tuple(partition_by)
         self.stats_columns = tuple(stats_columns)
         self.version = -1
@@ -76,7 +71,7 @@ class LiveFiles:
         if self.version < 0:
             return self._read_snapshot("first read")
         try:
-            commits = commits_after(self.table_uri, self.version)
+            commits = self.location.commits_after(self.version)
             if not commits:
                 return self.version
             changes = NetChanges.of(commits)
@@ -94,13 +89,13 @@ class LiveFiles:
         return self.version
 
     def _read_snapshot(self, reason: str) -> int:
-        table = open_table(self.table_uri)
+        table = self.location.open()
         actions = pa.table(table.get_add_actions(flatten=True))
         self.table = self._from_actions(actions)
         self.configuration = {k: v for k, v in table.metadata().configuration.items() if v is not None}
         self.version = table.version()
         self.full_reads += 1
-        log.debug("live files of %s read from the snapshot at version %d (%s): %d files", self.table_uri,
+        log.debug("live files of %s read from the snapshot at version %d (%s): %d files", self.location.uri,
                   self.version, reason, self.table.num_rows)  # fmt: skip
         return self.version
 

@@ -5,16 +5,19 @@ files) brings it up to date by reading ``_delta_log/<v+1>.json``, ``<v+2>.json``
 delimited actions): work that grows with the new commits, never with the table. When a commit it
 needs is gone (log cleanup after a checkpoint), or one changes the table's metadata, the caller
 must read the whole snapshot again (:class:`LogGap`).
+
+The functions here take the filesystem and the ``_delta_log`` directory; a table's
+:class:`~lakecluster.table.location.DeltaLocation` supplies both.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lakecluster.parquet_files import filesystem
-from lakecluster.table import open_table
+if TYPE_CHECKING:
+    from lakecluster.table.location import DeltaLocation
 
 
 class LogGap(Exception):
@@ -66,19 +69,15 @@ def last_checkpoint(fs: Any, log_dir: str) -> int | None:
         return None
 
 
-def log_exists(table_uri: str) -> bool:
-    """Whether a Delta log is at ``table_uri``: its first commit or a checkpoint (cleanup removes
+def log_exists(fs: Any, log_dir: str) -> bool:
+    """Whether a Delta log is in ``log_dir``: its first commit or a checkpoint (cleanup removes
     old commits only once a checkpoint covers them). Cheap: no snapshot is read."""
-    fs, root = filesystem(table_uri)
-    log_dir = f"{root}/_delta_log"
     infos = fs.get_file_info([f"{log_dir}/{0:020d}.json", f"{log_dir}/_last_checkpoint"])
     return any(info.is_file for info in infos)
 
 
-def commits_after(table_uri: str, version: int) -> list[list[dict]]:
+def commits_after(fs: Any, log_dir: str, version: int) -> list[list[dict]]:
     """The commits after ``version``, in order; :class:`LogGap` when one of them is gone."""
-    fs, root = filesystem(table_uri)
-    log_dir = f"{root}/_delta_log"
     commits = []
     while (actions := read_commit(fs, log_dir, version + 1)) is not None:
         commits.append(actions)
@@ -127,8 +126,8 @@ class TableLog:
 
     KEEP_INFOS = 256  # newest commit infos kept (a micro-batch looks only at the commits since it began)
 
-    def __init__(self, table_uri: str, app_id: str) -> None:
-        self.table_uri = table_uri
+    def __init__(self, location: DeltaLocation, app_id: str) -> None:
+        self.location = location
         self.app_id = app_id
         self.version = -1
         self.txn_version: int | None = None
@@ -137,7 +136,7 @@ class TableLog:
         self._read_snapshot()
 
     def _read_snapshot(self) -> None:
-        table = open_table(self.table_uri)
+        table = self.location.open()
         self.version = table.version()
         self.txn_version = table.transaction_version(self.app_id)
         self.infos = {}
@@ -146,7 +145,7 @@ class TableLog:
     def refresh(self) -> int:
         """Apply the commits after the known version; returns the latest version."""
         try:
-            commits = commits_after(self.table_uri, self.version)
+            commits = self.location.commits_after(self.version)
         except LogGap:
             self._read_snapshot()
             return self.version

@@ -15,10 +15,9 @@ import uuid
 import pyarrow.fs as pafs
 
 from lakecluster.errors import SketchStoreError
-from lakecluster.parquet_files import filesystem
 from lakecluster.schema import ColumnSpec
 from lakecluster.sketches import MAX_STRING_CHARS_DEFAULT, BoundarySketches, ColumnSketch, sketch_kind
-from lakecluster.uris import is_local
+from lakecluster.table.paths import SKETCHES
 
 _SUFFIX = ".sketches"
 
@@ -29,16 +28,18 @@ class SketchStore:
     Each stream writes only its own directory (``_lakecluster/streams/<stream id>/sketches``), so
     two streams into one table never overwrite each other's sketches; a reader without a stream id
     merges the latest sketches of every stream (and of ``_lakecluster/sketches``, where versions
-    before stream ids kept them).
+    before stream ids kept them). The table handle builds it (``LakeTable.sketches``) with the
+    paths inside ``fs`` of the stream's directory, of every stream's and of the legacy one.
     """
 
-    def __init__(self, table_uri: str, stream_id: str | None = None) -> None:
-        self.fs, root = filesystem(table_uri)
-        self.local = is_local(table_uri)
-        self.streams = f"{root}/_lakecluster/streams"
-        self.legacy = f"{root}/_lakecluster/sketches"
+    def __init__(self, fs: pafs.FileSystem, *, directory: str, streams: str, legacy: str, stream_id: str | None,
+                 local: bool) -> None:  # fmt: skip
+        self.fs = fs
+        self.local = local
+        self.streams = streams
+        self.legacy = legacy
         self.stream_id = stream_id
-        self.directory = f"{self.streams}/{stream_id}/sketches" if stream_id else self.legacy
+        self.directory = directory
 
     def _list(self, directory: str) -> list[pafs.FileInfo]:
         try:
@@ -56,7 +57,7 @@ class SketchStore:
             names = self._names()
             return self.read(f"{self.directory}/{names[-1]}") if names else None
         infos = self._list(self.streams)
-        directories = [self.legacy] + [f"{i.path}/sketches" for i in infos if i.type == pafs.FileType.Directory]
+        directories = [self.legacy] + [f"{i.path}/{SKETCHES}" for i in infos if i.type == pafs.FileType.Directory]
         merged: BoundarySketches | None = None
         for directory in directories:
             names = self._names(directory)

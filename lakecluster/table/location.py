@@ -1,0 +1,154 @@
+"""A Delta table's location and the storage settings to reach it: every read of its log.
+
+Reads go through delta-rs (``deltalake``) and through lakecluster's own reader of the log's JSON
+tail (``log.py``): no JVM, so a command fails in a second on a missing table, before Spark starts.
+A :class:`~lakecluster.table.LakeTable` has two locations, the table and its quarantine table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError as DeltaRsTableNotFound
+
+from lakecluster import storage
+from lakecluster.config import StorageConfig
+from lakecluster.errors import TableNotFoundError, TableNotWritableError
+from lakecluster.table import log
+from lakecluster.table.metadata import parse_user_metadata
+from lakecluster.uris import is_local, normalize
+
+
+@dataclass(frozen=True)
+class DeltaLocation:
+    """The Delta table at ``uri`` (normalised), reached with ``storage``."""
+
+    uri: str
+    storage: StorageConfig
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uri", normalize(self.uri))
+
+    @functools.cached_property
+    def _fs_root(self) -> tuple[pafs.FileSystem, str]:
+        return storage.filesystem(self.uri, self.storage)
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        """The pyarrow filesystem the table is on."""
+        return self._fs_root[0]
+
+    @property
+    def root(self) -> str:
+        """The table's directory inside :attr:`fs`."""
+        return self._fs_root[1]
+
+    @property
+    def log_dir(self) -> str:
+        return f"{self.root}/_delta_log"
+
+    # -- delta-rs ---------------------------------------------------------------------------------
+
+    def open(self, version: int | None = None) -> DeltaTable:
+        """The table's snapshot (latest, or ``version``) through delta-rs.
+
+        Raises:
+            TableNotFoundError: there is no Delta table at the location.
+        """
+        try:
+            return DeltaTable(self.uri, version=version, storage_options=storage.delta_options(self.uri, self.storage))
+        except DeltaRsTableNotFound:
+            raise TableNotFoundError(self.uri) from None
+
+    def open_if_exists(self) -> DeltaTable | None:
+        try:
+            return self.open()
+        except TableNotFoundError:
+            return None
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Commit infos, newest first (at most ``limit``)."""
+        return self.open().history(limit)
+
+    def last_commit_of(self, predicate: Callable[[dict], bool], *, page: int = 200,
+                       table: DeltaTable | None = None) -> dict | None:  # fmt: skip
+        """The newest commit whose lakecluster metadata satisfies ``predicate``, scanning back.
+
+        Reads commit infos newest first, in growing pages, until one matches or the log's history
+        (within log retention) is exhausted; None also when there is no table.
+        """
+        table = table or self.open_if_exists()
+        if table is None:
+            return None
+        limit = page
+        seen = 0
+        while True:
+            history = table.history(limit)
+            for entry in history[seen:]:
+                meta = parse_user_metadata(entry.get("userMetadata"))
+                if meta is not None and predicate(meta):
+                    return {"version": entry.get("version"), **meta}
+            if len(history) < limit:
+                return None
+            seen, limit = len(history), limit * 4
+
+    # -- the log's JSON tail ---------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """Whether a Delta table is at the location (its log's first commit or a checkpoint)."""
+        return log.log_exists(self.fs, self.log_dir)
+
+    def commits_after(self, version: int) -> list[list[dict]]:
+        """The commits after ``version``, in order; :class:`~lakecluster.table.log.LogGap` when one is gone."""
+        return log.commits_after(self.fs, self.log_dir, version)
+
+    def commit_info(self, version: int) -> dict | None:
+        """The ``commitInfo`` of commit ``version``; None when that commit file is gone (or has none)."""
+        return log.commit_info(self.fs, self.log_dir, version)
+
+    def commit_file_exists(self, version: int) -> bool:
+        return bool(self.fs.get_file_info(f"{self.log_dir}/{version:020d}.json").is_file)
+
+    def follow(self, app_id: str) -> log.TableLog:
+        """The table's version and ``app_id``'s transaction version, kept current from the log's tail."""
+        return log.TableLog(self, app_id)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Fail early, with the path in the message, if the location cannot be written.
+
+        Leaves nothing behind: Delta refuses to create a table in a directory that already holds
+        other files, so a probe of a location without a table removes what it created.
+
+        Raises:
+            TableNotWritableError: the location cannot be written (the cause in the message).
+        """
+        fs, root = self.fs, self.root
+        created: list[str] = []
+        if is_local(self.uri):
+            path = root
+            while not os.path.exists(path):
+                created.append(path)
+                path = os.path.dirname(path)
+        probe = f"{root}/.lakecluster-write-probe-{uuid.uuid4().hex}"
+        try:
+            fs.create_dir(root, recursive=True)
+            with fs.open_output_stream(probe) as out:
+                out.write(b"ok")
+            fs.delete_file(probe)
+        except (OSError, pa.ArrowException) as e:
+            raise TableNotWritableError(f"table location {self.uri} is not writable: {e}") from e
+        finally:
+            for path in created:  # deepest first
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
