@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from lakecluster import class_archive
 from lakecluster.cli import commands
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import quiet_broken_pipe
@@ -207,6 +208,7 @@ def entry() -> NoReturn:
     report about datasketches objects still referenced at shutdown to stderr.
     """
     code = main()
+    class_archive.finish()  # a first start's class archive, written by the JVM as it exits
     try:
         sys.stdout.flush()
         sys.stderr.flush()

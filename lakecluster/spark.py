@@ -15,6 +15,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from lakecluster import jars
+from lakecluster.class_archive import ClassArchive, keep_at_exit
 from lakecluster.config import SparkConfig, StorageConfig
 from lakecluster.schema import ColumnSpec, spark_ddl
 from lakecluster.storage import hadoop_conf
@@ -97,11 +98,23 @@ def get_session(
     # Python workers must run this interpreter, or they fail to import lakecluster.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark import SparkContext
+
+    conf = {**session_conf(config, storage or StorageConfig(), s3=s3), **(extra or {})}
+    archive, pending = None, None
+    starts_jvm = SparkContext._gateway is None  # else getOrCreate runs in the JVM already up
+    if config.class_archive and starts_jvm:
+        archive = ClassArchive.of(jars.cache_dir(config.jars_cache) / "cds")
+        options, pending = archive.java_options()
+        conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {options}".strip()
     builder = SparkSession.builder.master(config.master).appName(app_name)
-    for key, value in {**session_conf(config, storage or StorageConfig(), s3=s3), **(extra or {})}.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     loud = config.log_level in ("warn", "info", "debug")
     spark = _start_outside_signals(lambda: _with_jvm_console(builder.getOrCreate, shown=loud))
+    jvm = getattr(SparkContext._gateway, "proc", None)
+    if archive is not None and pending is not None and jvm is not None:
+        keep_at_exit(archive, pending, jvm, before_exit=spark.sparkContext.stop)
     spark.sparkContext.setLogLevel(config.log_level.upper())
     return spark
 

@@ -18,6 +18,14 @@ from tests.services.s3 import S3Server, unique_prefix
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with integration tests (real services, subprocesses: the long ones) run first, the
+    rest after them in their usual order. The workers take a file at a time: long files started
+    late would leave one worker running them while the other has nothing left."""
+    slow = {item.path for item in items if item.get_closest_marker("integration")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: each file keeps its order
+
+
 @pytest.fixture(autouse=True)
 def _isolate_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No LAKECLUSTER_* variable from the host leaks into a test's configuration."""

@@ -229,6 +229,8 @@ class SparkConfig:
     log_level: Literal["off", "fatal", "error", "warn", "info", "debug"] = "fatal"
     # Extra JVM options of the driver (and executors), after lakecluster's own.
     java_options: str = ""
+    # Driver starts map a class-data-sharing archive of the classes an earlier start loaded.
+    class_archive: bool = True
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from tests.services.ports import free_port
 pytestmark = pytest.mark.integration
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
-RECORDS, MALFORMED_EVERY = 6000, 100
+RECORDS, MALFORMED_EVERY = 3000, 100
 VALID = RECORDS - RECORDS // MALFORMED_EVERY
 # Series names in an expression: metric names and recording rules, not functions or label names.
 SERIES = re.compile(r"\b(lakecluster_[a-z_]+|process_[a-z_]+|up)\b(?!\s*\()")

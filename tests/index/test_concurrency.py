@@ -366,6 +366,7 @@ def _worker(kind: str, seed: int, table: str, spec: IndexSpec, barrier: Any, out
     Path(out).write_text(json.dumps(report))
 
 
+@pytest.mark.integration
 def test_four_processes_syncing_and_pruning_beside_a_stream_and_a_compactor(tmp_path: Path) -> None:
     table, spec = new_table(tmp_path, max_segments=2, gc_grace_s=STRESS_GRACE_S)
     for year in YEARS:  # more than one file per partition, so the first compactions have work

@@ -1,6 +1,7 @@
-"""lakecluster on a Spark standalone cluster (a master and two workers on loopback), unchanged:
-the stream and a compaction round with ``--master spark://...`` on an ``s3://`` table whose
-endpoint and credentials only the driver's AWS environment holds (the workers have none)."""
+"""lakecluster on a Spark standalone cluster (a master and a worker with two cores on loopback), unchanged:
+the stream, a compaction round, ``explain``, ``vacuum`` and ``status`` with ``--master spark://...``
+on an ``s3://`` table (a real S3 server) whose endpoint and credentials only the driver's AWS
+environment holds (the workers have none); delta-rs reads every step back."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
@@ -25,14 +27,14 @@ ROWS = 4_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    server = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2)
+    server = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=1, cores=2)
     try:
         yield server.start()
     finally:
         server.stop()
 
 
-def test_stream_and_compaction_run_on_a_standalone_cluster(
+def test_stream_compact_explain_vacuum_and_status_run_on_a_standalone_cluster(
     cluster: SparkCluster, s3: S3Server, s3_prefix: str, tmp_path: Path
 ) -> None:
     uri = f"{s3_prefix.rstrip('/')}/lineorder"
@@ -52,9 +54,10 @@ def test_stream_and_compaction_run_on_a_standalone_cluster(
     assert s3.secret_key not in shown.stdout and json.loads(shown.stdout)["storage"]["s3_endpoint"] is None
     streamed = cli("stream", "--available-now")
     assert streamed.returncode == 0, streamed.stdout[-2000:] + streamed.stderr[-3000:]
+    assert not [*tmp_path.rglob("*.parquet"), *tmp_path.rglob("_delta_log")], "an s3:// table stays on S3"
     table = DeltaTable(uri, storage_options=s3.storage_options())
     files_streamed = len(table.file_uris())
-    assert files_streamed >= ROWS // 250
+    assert files_streamed >= ROWS // 250, "the stream writes files of at most 250 records"
 
     compacted = cli("compact", "--once")
     assert compacted.returncode == 0, compacted.stdout[-2000:] + compacted.stderr[-3000:]
@@ -64,13 +67,34 @@ def test_stream_and_compaction_run_on_a_standalone_cluster(
     keys = sorted(table.to_pyarrow_table(columns=["lo_orderkey"]).column("lo_orderkey").to_pylist())
     assert keys == list(range(ROWS)), "every generated row exactly once"
 
-    # The work ran on the cluster's executors: the master saw both applications finish, and each
-    # worker ran executors.
-    # The master marks an application completed a moment after its driver exits.
+    explained = cli("--json", "explain", "--where", "d_year = 1995")
+    assert explained.returncode == 0, explained.stderr[-3000:]
+    assert json.loads(explained.stdout)["files_total"] == len(table.file_uris()), explained.stdout
+
+    # Vacuum with no retention deletes exactly the files the rewrite replaced; the table still reads.
+    vacuumed = cli("--json", "vacuum", "--retention", "0", "--force")
+    assert vacuumed.returncode == 0, vacuumed.stdout[-2000:] + vacuumed.stderr[-3000:]
+    fs = s3.filesystem()
+    root = uri.removeprefix("s3://")
+    on_s3 = {f.path for f in fs.get_file_info(pafs.FileSelector(root, recursive=True))
+             if f.path.endswith(".parquet") and "/_" not in f.path.removeprefix(root)}  # fmt: skip
+    live = {u.removeprefix("s3://") for u in DeltaTable(uri, storage_options=s3.storage_options()).file_uris()}
+    assert on_s3 == live
+    keys = DeltaTable(uri, storage_options=s3.storage_options()).to_pyarrow_table(columns=["lo_orderkey"])
+    assert sorted(keys.column("lo_orderkey").to_pylist()) == list(range(ROWS))
+
+    status = cli("--json", "status")
+    assert status.returncode == 0, status.stderr[-3000:]
+    seen = json.loads(status.stdout)
+    assert seen["rows"] == ROWS and seen["files"] == len(live)
+    assert seen["vacuum"]["last_run"] is not None and seen["compaction"]["last_rewrite"] is not None
+
+    # The work ran on the cluster's executors: the master saw the three Spark applications (stream,
+    # compact, vacuum) finish, a moment after each driver exited, and the worker ran their executors.
     deadline = time.monotonic() + 60
-    while len(done := cluster.status().get("completedapps", [])) < 2 and time.monotonic() < deadline:
+    while len(done := cluster.status().get("completedapps", [])) < 3 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert len(done) >= 2, done
+    assert len(done) >= 3, done
     for i in range(cluster.workers):
         assert any((cluster.workdir / f"worker-{i}").rglob("stderr")), f"worker {i} ran no executor"
 

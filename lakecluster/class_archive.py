@@ -1,0 +1,165 @@
+"""The driver JVM's class-data-sharing archive (the JDK's dynamic CDS): later starts map the classes
+Spark, Delta and their libraries loaded instead of reading, parsing and verifying them again.
+
+A driver JVM loads some twenty thousand classes before its first query; on 2 cores that is about
+half of the time before a SparkSession is ready. The first driver that finds no archive records
+its classes when it exits (``-XX:ArchiveClassesAtExit``) into a file of its own; the Python process
+waits for that exit and moves the finished file into place; every later driver with the same JDK
+and jars maps it (``-XX:SharedArchiveFile``). The JVM checks the archive against its own build and
+class path and runs without it when they differ (``-Xshare:auto``, the default), so a stale or
+damaged archive costs a slower start, never a failure (a truncated one it cannot survive: the
+file's name says its size, see :class:`ClassArchive`). A dump interrupted by a kill leaves a
+``.part`` file that a later start deletes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# A dump takes seconds; a .part file older than this belongs to a JVM that died while dumping.
+ABANDONED_AFTER_S = 900
+# How long an exiting process waits for its JVM to write the archive (once per JDK and Spark).
+DUMP_WAIT_S = 120
+# The JVM reports every class it cannot archive (generated ones, old bytecode) as a warning.
+_QUIET = "-Xlog:cds*=off"
+
+
+def _java() -> str:
+    """The java binary Spark's launcher runs: ``$JAVA_HOME/bin/java`` or the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return os.path.realpath(found) if found else "java"
+
+
+@dataclass(frozen=True)
+class ClassArchive:
+    """The archive of one JDK and one pyspark installation: ``<directory>/<stem>.<bytes>.jsa``.
+
+    The name carries the size the dump had when its JVM finished: the JVM crashes (SIGBUS) on a
+    truncated archive instead of ignoring it, so a file of another size is deleted, never mapped.
+    """
+
+    directory: Path
+    stem: str
+
+    @classmethod
+    def of(cls, directory: Path) -> ClassArchive:
+        """The archive for the JDK Spark will start and pyspark's jars (the driver's class path),
+        in ``directory``. Classes from ``spark.jars`` (Delta, hadoop-aws, ...) are archived too
+        and the JVM checks each against the jar it loads it from, so one archive serves every jar
+        set."""
+        import pyspark
+
+        java = _java()
+        try:
+            built = str(os.stat(java).st_mtime_ns)
+        except OSError:
+            built = "?"
+        identity = "\n".join([java, built, pyspark.__version__, os.path.dirname(pyspark.__file__)])
+        return cls(directory, f"driver-{hashlib.sha256(identity.encode()).hexdigest()[:16]}")
+
+    @property
+    def path(self) -> Path | None:
+        """The finished archive, if there is one whole (a damaged one is deleted)."""
+        for found in self.directory.glob(f"{self.stem}.*.jsa"):
+            size = found.name.removeprefix(f"{self.stem}.").removesuffix(".jsa")
+            try:
+                if size.isdigit() and found.stat().st_size == int(size):
+                    return found
+                found.unlink()
+            except OSError:  # another process replaced or deleted it meanwhile
+                pass
+        return None
+
+    def java_options(self) -> tuple[str, Path | None]:
+        """The JVM options of a driver about to start, and the file it dumps its classes into at
+        exit (None when it maps the finished archive)."""
+        self._drop_abandoned()
+        finished = self.path
+        if finished is not None:
+            return f"-XX:SharedArchiveFile={finished} {_QUIET}", None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        pending = self.directory / f"{self.stem}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part"
+        return f"-XX:ArchiveClassesAtExit={pending} {_QUIET}", pending
+
+    def keep(self, pending: Path) -> Path | None:
+        """Name a dump whose JVM exited normally as the archive (a rename: a starting JVM sees
+        the whole file or none); returns it. When another process kept one first, the dump is
+        deleted and that one returned."""
+        try:
+            size = pending.stat().st_size
+        except OSError:
+            return None
+        if size == 0:
+            return None
+        if (first := self.path) is not None:
+            pending.unlink(missing_ok=True)
+            return first
+        kept = self.directory / f"{self.stem}.{size}.jsa"
+        os.replace(pending, kept)
+        return kept
+
+    def _drop_abandoned(self) -> None:
+        now = time.time()
+        for part in self.directory.glob(f"{self.stem}.*.part"):
+            try:
+                if now - part.stat().st_mtime > ABANDONED_AFTER_S:
+                    part.unlink()
+            except OSError:  # another process dropped or kept it first
+                pass
+
+
+@dataclass(frozen=True)
+class _Dump:
+    archive: ClassArchive
+    pending: Path
+    jvm: subprocess.Popen[bytes]
+    before_exit: Callable[[], None] | None
+
+
+_dumps: list[_Dump] = []
+
+
+def keep_at_exit(archive: ClassArchive, pending: Path, jvm: subprocess.Popen[bytes],
+                 before_exit: Callable[[], None] | None = None) -> None:  # fmt: skip
+    """Have :func:`finish` (called at interpreter exit, or by a caller that leaves without
+    finalising) keep ``jvm``'s dump into ``pending`` as the archive. ``before_exit`` runs before
+    the JVM is told to exit (Spark's context stops, whose threads would report the exit as errors).
+    """
+    if not _dumps:
+        atexit.register(finish)
+    _dumps.append(_Dump(archive, pending, jvm, before_exit))
+
+
+def finish(jvm: subprocess.Popen[bytes] | None = None) -> None:
+    """End the JVM (each one, without ``jvm``) that still has to write its archive: it exits when
+    its stdin closes; wait for the dump and keep it. Without a pending dump, returns at once."""
+    for dump in [d for d in _dumps if jvm is None or d.jvm is jvm]:
+        _dumps.remove(dump)
+        if dump.jvm.poll() is None:
+            log.info("writing the JVM class archive (once per JDK and Spark) in %s", dump.archive.directory)
+            if dump.before_exit is not None:
+                try:
+                    dump.before_exit()
+                except Exception as error:  # a JVM already going: its exit is all there is to wait for
+                    log.debug("before the JVM's exit: %s", error)
+            try:
+                if dump.jvm.stdin is not None:
+                    dump.jvm.stdin.close()
+                dump.jvm.wait(timeout=DUMP_WAIT_S)
+            except (OSError, subprocess.TimeoutExpired):
+                continue  # the JVM finishes alone; a later start drops the unfinished file
+        if dump.jvm.returncode == 0:
+            dump.archive.keep(dump.pending)

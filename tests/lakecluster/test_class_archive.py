@@ -1,0 +1,131 @@
+"""The driver's class-data-sharing archive on the machine's real JDK: the first JVM writes it at
+exit, the next maps it, and a damaged or abandoned archive never stops a JVM from starting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import zipfile
+from pathlib import Path
+
+from lakecluster import class_archive
+from lakecluster.class_archive import ABANDONED_AFTER_S, ClassArchive, keep_at_exit
+
+# A JVM that runs until its stdin closes, as Spark's driver does (PythonGatewayServer).
+WAIT_FOR_EOF = "class Wait { public static void main(String[] a) throws Exception { while (System.in.read() >= 0); } }"
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    return os.path.join(home, "bin", "java") if home else "java"
+
+
+def _compiled(directory: Path) -> str:
+    """``WAIT_FOR_EOF`` compiled into a jar in ``directory`` (CDS archives classes from jars only;
+    the source launcher would load javac's classes too)."""
+    (directory / "Wait.java").write_text(WAIT_FOR_EOF)
+    home = os.environ.get("JAVA_HOME")
+    javac = os.path.join(home, "bin", "javac") if home else "javac"
+    subprocess.run([javac, "-d", str(directory), str(directory / "Wait.java")], check=True, timeout=120)
+    jar = directory / "wait.jar"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.write(directory / "Wait.class", "Wait.class")
+    return str(jar)
+
+
+def _version(options: str, *log: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_java(), *options.split(), *log, "-version"], capture_output=True, text=True, timeout=120)
+
+
+def test_the_first_jvm_writes_the_archive_at_exit_and_the_next_maps_it(tmp_path: Path) -> None:
+    archive = ClassArchive.of(tmp_path / "cds")
+    options, pending = archive.java_options()
+    assert pending is not None and "-XX:ArchiveClassesAtExit" in options and archive.path is None
+    jvm = subprocess.Popen([_java(), *options.split(), "-cp", _compiled(tmp_path), "Wait"], stdin=subprocess.PIPE,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    keep_at_exit(archive, pending, jvm)
+    time.sleep(1)
+    assert jvm.poll() is None, "the JVM waits for its stdin to close"
+    class_archive.finish(jvm)  # closes the JVM's stdin, waits for the dump, keeps it
+    assert jvm.returncode == 0
+    kept = archive.path
+    assert kept is not None and kept.name == f"{archive.stem}.{kept.stat().st_size}.jsa" and not pending.exists()
+    assert list((tmp_path / "cds").iterdir()) == [kept]
+
+    # A second first start (two processes started before either finished) keeps the archive there.
+    second = tmp_path / "cds" / f"{archive.stem}.2-late.part"
+    second.write_bytes(b"y" * 1000)
+    assert archive.keep(second) == kept and not second.exists()
+
+    options, pending = archive.java_options()
+    assert pending is None and f"-XX:SharedArchiveFile={kept}" in options
+    started = _version(options, "-Xlog:cds=info")
+    assert started.returncode == 0, started.stderr
+    assert "Mapped dynamic region" in started.stdout, started.stdout[-2000:]
+
+
+def test_finish_ends_only_the_jvm_it_is_given(tmp_path: Path) -> None:
+    archive = ClassArchive.of(tmp_path)
+    classes = _compiled(tmp_path)
+    jvms = [subprocess.Popen([_java(), "-cp", classes, "Wait"], stdin=subprocess.PIPE) for _ in range(2)]
+    try:
+        for i, jvm in enumerate(jvms):
+            keep_at_exit(archive, tmp_path / f"{i}.part", jvm)
+        class_archive.finish(jvms[0])
+        assert jvms[0].returncode == 0
+        time.sleep(0.5)
+        assert jvms[1].poll() is None, "another JVM's dump (the worker's own Spark) is left alone"
+        class_archive.finish(jvms[1])
+        assert jvms[1].returncode == 0
+    finally:
+        for jvm in jvms:
+            if jvm.poll() is None:
+                jvm.kill()
+                jvm.wait()
+    began = time.monotonic()
+    class_archive.finish(jvms[0])  # nothing pending for it any more
+    assert time.monotonic() - began < 0.1
+
+
+def test_a_damaged_archive_costs_a_slower_start_not_a_failure(tmp_path: Path) -> None:
+    archive = ClassArchive.of(tmp_path)
+    _, pending = archive.java_options()
+    assert pending is not None
+    dumped = _version(f"-XX:ArchiveClassesAtExit={pending}")
+    assert dumped.returncode == 0, dumped.stderr
+    kept = archive.keep(pending)
+    assert kept is not None and archive.path == kept
+    whole = kept.read_bytes()
+
+    # Bytes changed in place: the JVM rejects the archive's header and starts without it.
+    kept.write_bytes(os.urandom(len(whole)))
+    options, pending = archive.java_options()
+    assert pending is None
+    started = _version(options)
+    assert started.returncode == 0 and "version" in started.stderr, started.stdout + started.stderr
+
+    # Cut short (a JVM would die of SIGBUS mapping it): deleted, and the next JVM dumps anew.
+    kept.write_bytes(whole[: len(whole) // 3])
+    options, pending = archive.java_options()
+    assert pending is not None and not kept.exists() and archive.path is None
+    started = _version(options)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert archive.keep(pending) == kept == archive.path
+    options, _ = archive.java_options()
+    assert "Mapped dynamic region" in _version(options, "-Xlog:cds=info").stdout
+
+
+def test_an_abandoned_dump_is_dropped_and_a_recent_one_left_to_its_writer(tmp_path: Path) -> None:
+    archive = ClassArchive.of(tmp_path)
+    abandoned = tmp_path / f"{archive.stem}.1-dead.part"
+    recent = tmp_path / f"{archive.stem}.2-busy.part"
+    for part in (abandoned, recent):
+        part.write_bytes(b"x" * 10)
+    old = time.time() - ABANDONED_AFTER_S - 60
+    os.utime(abandoned, (old, old))
+    _, pending = archive.java_options()
+    assert not abandoned.exists() and recent.exists()
+    assert pending is not None and pending.parent == tmp_path and pending != recent
+    assert archive.keep(pending) is None, "nothing written yet: nothing to keep"
+    assert archive.path is None
