@@ -36,6 +36,12 @@ DUMP_WAIT_S = 120
 _QUIET = "-Xlog:cds*=off"
 
 
+def chosen_by_user(java_options: str) -> bool:
+    """Whether JVM options already say how classes are shared (``-Xshare``, an archive of the
+    user's own): lakecluster then adds none of its own."""
+    return any(flag in java_options for flag in ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit"))
+
+
 def _java() -> str:
     """The java binary Spark's launcher runs: ``$JAVA_HOME/bin/java`` or the one on PATH."""
     home = os.environ.get("JAVA_HOME")

@@ -15,12 +15,13 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from lakecluster import jars
-from lakecluster.class_archive import ClassArchive, keep_at_exit
+from lakecluster.class_archive import ClassArchive, chosen_by_user, keep_at_exit
 from lakecluster.config import SparkConfig, StorageConfig
 from lakecluster.schema import ColumnSpec, spark_ddl
 from lakecluster.storage import hadoop_conf
 from lakecluster.uris import data_file
 
+log = logging.getLogger(__name__)
 LOG4J_CONFIG = Path(__file__).parent / "jvm" / "log4j2.properties"
 
 # Settings the project relies on; user-given spark.conf entries are applied after these.
@@ -103,10 +104,15 @@ def get_session(
     conf = {**session_conf(config, storage or StorageConfig(), s3=s3), **(extra or {})}
     archive, pending = None, None
     starts_jvm = SparkContext._gateway is None  # else getOrCreate runs in the JVM already up
-    if config.class_archive and starts_jvm:
-        archive = ClassArchive.of(jars.cache_dir(config.jars_cache) / "cds")
-        options, pending = archive.java_options()
-        conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {options}".strip()
+    driver_options = conf.get("spark.driver.extraJavaOptions", "")
+    if config.class_archive and starts_jvm and not chosen_by_user(driver_options):
+        try:
+            archive = ClassArchive.of(jars.cache_dir(config.jars_cache) / "cds")
+            options, pending = archive.java_options()
+            conf["spark.driver.extraJavaOptions"] = f"{driver_options} {options}".strip()
+        except OSError as error:  # a read-only cache: Spark starts as it would without an archive
+            log.info("no JVM class archive (%s)", error)
+            archive, pending = None, None
     builder = SparkSession.builder.master(config.master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)

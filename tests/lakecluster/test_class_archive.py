@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 from lakecluster import class_archive
-from lakecluster.class_archive import ABANDONED_AFTER_S, ClassArchive, keep_at_exit
+from lakecluster.class_archive import ABANDONED_AFTER_S, ClassArchive, chosen_by_user, keep_at_exit
 
 # A JVM that runs until its stdin closes, as Spark's driver does (PythonGatewayServer).
 WAIT_FOR_EOF = "class Wait { public static void main(String[] a) throws Exception { while (System.in.read() >= 0); } }"
@@ -129,3 +129,9 @@ def test_an_abandoned_dump_is_dropped_and_a_recent_one_left_to_its_writer(tmp_pa
     assert pending is not None and pending.parent == tmp_path and pending != recent
     assert archive.keep(pending) is None, "nothing written yet: nothing to keep"
     assert archive.path is None
+
+
+def test_options_that_already_choose_how_classes_are_shared_get_no_archive_of_ours() -> None:
+    for options in ("-Xshare:off", "-XX:SharedArchiveFile=/opt/app.jsa", "-Xmx2g -XX:ArchiveClassesAtExit=/tmp/a.jsa"):
+        assert chosen_by_user(options), options
+    assert not chosen_by_user("-Dlog4j2.configurationFile=x -XX:TieredStopAtLevel=1")
