@@ -18,13 +18,14 @@ import atexit
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from lakecluster.jars import java_tool
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +41,6 @@ def chosen_by_user(java_options: str) -> bool:
     """Whether JVM options already say how classes are shared (``-Xshare``, an archive of the
     user's own): lakecluster then adds none of its own."""
     return any(flag in java_options for flag in ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit"))
-
-
-def _java() -> str:
-    """The java binary Spark's launcher runs: ``$JAVA_HOME/bin/java`` or the one on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    return os.path.realpath(found) if found else "java"
 
 
 @dataclass(frozen=True)
@@ -68,7 +62,7 @@ class ClassArchive:
         set."""
         import pyspark
 
-        java = _java()
+        java = os.path.realpath(java_tool("java"))  # the java Spark's launcher runs
         try:
             built = str(os.stat(java).st_mtime_ns)
         except OSError:

@@ -11,23 +11,17 @@ from pathlib import Path
 
 from lakecluster import class_archive
 from lakecluster.class_archive import ABANDONED_AFTER_S, ClassArchive, chosen_by_user, keep_at_exit
+from lakecluster.jars import java_tool
 
 # A JVM that runs until its stdin closes, as Spark's driver does (PythonGatewayServer).
 WAIT_FOR_EOF = "class Wait { public static void main(String[] a) throws Exception { while (System.in.read() >= 0); } }"
-
-
-def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    return os.path.join(home, "bin", "java") if home else "java"
 
 
 def _compiled(directory: Path) -> str:
     """``WAIT_FOR_EOF`` compiled into a jar in ``directory`` (CDS archives classes from jars only;
     the source launcher would load javac's classes too)."""
     (directory / "Wait.java").write_text(WAIT_FOR_EOF)
-    home = os.environ.get("JAVA_HOME")
-    javac = os.path.join(home, "bin", "javac") if home else "javac"
-    subprocess.run([javac, "-d", str(directory), str(directory / "Wait.java")], check=True, timeout=120)
+    subprocess.run([java_tool("javac"), "-d", str(directory), str(directory / "Wait.java")], check=True, timeout=120)
     jar = directory / "wait.jar"
     with zipfile.ZipFile(jar, "w") as z:
         z.write(directory / "Wait.class", "Wait.class")
@@ -35,15 +29,16 @@ def _compiled(directory: Path) -> str:
 
 
 def _version(options: str, *log: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_java(), *options.split(), *log, "-version"], capture_output=True, text=True, timeout=120)
+    command = [java_tool("java"), *options.split(), *log, "-version"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 def test_the_first_jvm_writes_the_archive_at_exit_and_the_next_maps_it(tmp_path: Path) -> None:
     archive = ClassArchive.of(tmp_path / "cds")
     options, pending = archive.java_options()
     assert pending is not None and "-XX:ArchiveClassesAtExit" in options and archive.path is None
-    jvm = subprocess.Popen([_java(), *options.split(), "-cp", _compiled(tmp_path), "Wait"], stdin=subprocess.PIPE,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    command = [java_tool("java"), *options.split(), "-cp", _compiled(tmp_path), "Wait"]
+    jvm = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     keep_at_exit(archive, pending, jvm)
     time.sleep(1)
     assert jvm.poll() is None, "the JVM waits for its stdin to close"
@@ -68,7 +63,7 @@ def test_the_first_jvm_writes_the_archive_at_exit_and_the_next_maps_it(tmp_path:
 def test_finish_ends_only_the_jvm_it_is_given(tmp_path: Path) -> None:
     archive = ClassArchive.of(tmp_path)
     classes = _compiled(tmp_path)
-    jvms = [subprocess.Popen([_java(), "-cp", classes, "Wait"], stdin=subprocess.PIPE) for _ in range(2)]
+    jvms = [subprocess.Popen([java_tool("java"), "-cp", classes, "Wait"], stdin=subprocess.PIPE) for _ in range(2)]
     try:
         for i, jvm in enumerate(jvms):
             keep_at_exit(archive, tmp_path / f"{i}.part", jvm)
