@@ -12,8 +12,8 @@ from typing import IO
 
 import pytest
 
-from tests.compaction.test_compaction import filled_for_subprocesses
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.generated_tables import filled_for_subprocesses
 
 pytestmark = pytest.mark.integration
 
@@ -53,8 +53,8 @@ def _compact_until(args: list[str], done: str, stream: str) -> tuple[str, str]:
     return out, err  # (a clean stop on SIGTERM is tested in test_stream.py and the compaction tests)
 
 
-def test_the_compactor_shows_each_round_and_group_with_what_is_left(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    args = filled_for_subprocesses(spark, tmp_path / "t")
+def test_the_compactor_shows_each_round_and_group_with_what_is_left(filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    args = filled_for_subprocesses(filled, tmp_path / "t")
     out, err = _compact_until(args, "left 0 group(s)", "stdout")
     lines = [ln for ln in out.splitlines() if ln.startswith("compaction:")]
     assert lines, out + err[-2000:]
@@ -68,8 +68,8 @@ def test_the_compactor_shows_each_round_and_group_with_what_is_left(spark, tmp_p
     assert lines[groups].endswith("left 0 group(s), 0.0 MB")
 
 
-def test_beside_json_logs_stdout_stays_quiet_and_log_lines_are_json(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    args = filled_for_subprocesses(spark, tmp_path / "t")
+def test_beside_json_logs_stdout_stays_quiet_and_log_lines_are_json(filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    args = filled_for_subprocesses(filled, tmp_path / "t")
     out, err = _compact_until(["--log-format=json", "--log-level=INFO", *args], '"message": "compacted', "stderr")
     assert out == ""  # no progress lines, no banner: only the log stream
     ours = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]

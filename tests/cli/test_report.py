@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from lakecluster.compaction.loop import Compactor
-from tests.compaction.test_compaction import fill, generator_config
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.generated_tables import fill, generator_config
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
 from lakecluster.stream.source import open_source
 from lakecluster.table import LakeTable
-from tests.compaction.test_compaction import fill, generator_config
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.generated_tables import fill, generator_config
 
 pytestmark = pytest.mark.integration
 

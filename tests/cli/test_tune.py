@@ -16,8 +16,8 @@ from lakecluster.config import load_config
 from lakecluster.layout import clustering_depth
 from lakecluster.stream.generator import generate
 from lakecluster.table import LakeTable
-from tests.compaction.test_compaction import SMALL, fill, generator_config
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.generated_tables import SMALL, fill, generator_config
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
 from lakecluster.table import LakeTable
-from tests.compaction.test_compaction import SMALL, fill, generator_config, row_multiset
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
+from tests.generated_tables import SMALL, fill, generator_config, row_multiset
 from tests.index.test_concurrency import assert_sound_and_current
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def _run_round(procs: list[subprocess.Popen[bytes]], deaths: tuple[str, ...], rng: random.Random) -> None:
     """Until both are dead: a SIGKILL 0-15 s after the JVM is up, or death at the fault point (a
-    compactor whose group the other one took never reaches it: it is killed 60 s after its JVM)."""
+    compactor whose group the other one took never reaches it: it is killed 30 s after its JVM)."""
     kill_at: dict[int, float] = {}
     deadline = time.monotonic() + 300
     while any(p.poll() is None for p in procs):
@@ -86,7 +86,7 @@ def _run_round(procs: list[subprocess.Popen[bytes]], deaths: tuple[str, ...], rn
                 continue
             if i not in kill_at:
                 if _jvm_running(p.pid):
-                    kill_at[i] = time.monotonic() + (rng.uniform(0, 15) if death == "sigkill" else 60)
+                    kill_at[i] = time.monotonic() + (rng.uniform(0, 15) if death == "sigkill" else 30)
             elif time.monotonic() >= kill_at[i]:
                 _kill_group(p)
         time.sleep(0.1)

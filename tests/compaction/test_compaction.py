@@ -19,56 +19,23 @@ from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import rewrite_local
-from lakecluster.config import Config, load_config
+from lakecluster.config import load_config
 from lakecluster.errors import CompactionConflictError, NoBoundariesError
-from lakecluster.index.sync import sync
 from lakecluster.layout import ClusteringLayout
 from lakecluster.sketches import BoundarySketches
 from lakecluster.stream.generator import GeneratorSettings, generate
 from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable, create_table, parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
+from tests.generated_tables import SMALL, fill, filled_for_subprocesses, generator_config, row_multiset
 from tests.services.kafka import KafkaBroker
 from tests.stream import kafka_records as kr
 
 pytestmark = pytest.mark.integration
 
-SMALL = {
-    "compaction.target_file_bytes": "60000",
-    "compaction.min_file_bytes": "30000",
-    "compaction.min_input_files": "2",
-    "compaction.max_groups_per_run": "50",
-    "compaction.interval_s": "0.5",
-    "metrics.port": "0",
-    "stream.progress": "false",
-    "stream.trigger_interval_s": "0",
-}
-
-
 # The two rewrite engines: in the compactor's process (small groups, the default for these tests'
 # tables) and Spark (every group above compaction.local_rewrite_max_bytes).
 ENGINES = {"local": {}, "spark": {"compaction.local_rewrite_max_bytes": "0"}}
-
-
-def generator_config(table: Path, rows: int, per_batch: int, **extra: str) -> Config:
-    overrides = {
-        "table.path": str(table), "table.partition_by": '["d_year"]',
-        "source.generator.max_rows": str(rows), "source.generator.max_rows_per_trigger": str(per_batch),
-        **SMALL, **extra,
-    }  # fmt: skip
-    return load_config(overrides=overrides, environ={})
-
-
-def fill(spark, config: Config) -> None:  # type: ignore[no-untyped-def]
-    """Stream the generator's rows into the table, as ``lakecluster stream --available-now`` does
-    (the index synced after each batch when ``index.sync_after_stream`` says so)."""
-    StreamJob(config, spark=spark, available_now=True, index_sync=sync).run()
-
-
-def row_multiset(table: pa.Table) -> Counter:
-    """Every row, all columns, as a multiset (duplicates count)."""
-    columns = sorted(table.column_names)
-    return Counter(tuple(row[c] for c in columns) for row in table.select(columns).to_pylist())
 
 
 def log_entries(table: Path, version: int) -> list[dict]:
@@ -84,10 +51,10 @@ def removed_paths(table: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, filled, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=24_000, per_batch=6_000, **ENGINES[engine])
-    fill(spark, config)
+    filled(config)
     before = read_delta(table)
     files_before = len(DeltaTable(str(table)).file_uris())
 
@@ -126,12 +93,12 @@ def test_compaction_keeps_every_row_and_cuts_files_and_depth(spark, tmp_path: Pa
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_value_heavier_than_a_file_is_spread_over_several_files(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_value_heavier_than_a_file_is_spread_over_several_files(spark, filled, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     # Extreme brand skew: a few brands hold most rows; one partition so all rows meet in one group.
     config = generator_config(table, rows=20_000, per_batch=5_000, **{"source.generator.brand_skew": "3.0",
                               "table.partition_by": "[]"}, **ENGINES[engine])  # fmt: skip
-    fill(spark, config)
+    filled(config)
     Compactor(config, spark=spark).run_once()
     actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
     rows = actions["num_records"].to_pylist()
@@ -142,10 +109,10 @@ def test_a_value_heavier_than_a_file_is_spread_over_several_files(spark, tmp_pat
     assert len(holding_top) >= 2 and max(rows) <= 2 * sum(rows) / len(rows) + 1
 
 
-def test_a_group_already_rewritten_by_another_compactor_is_dropped_before_any_work(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_group_already_rewritten_by_another_compactor_is_dropped_before_any_work(spark, filled, tmp_path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=12_000, per_batch=3_000)
-    fill(spark, config)
+    filled(config)
     first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
     group = first.plan().groups[0]
     same = next(g for g in second.plan().groups if g.files == group.files)
@@ -157,10 +124,10 @@ def test_a_group_already_rewritten_by_another_compactor_is_dropped_before_any_wo
     assert {p.name for p in table.rglob("*.parquet")} == files_before, "the dropped group still wrote files"
 
 
-def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=12_000, per_batch=3_000)
-    fill(spark, config)
+    filled(config)
     before = read_delta(table)
     first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
     group = first.plan().groups[0]
@@ -182,10 +149,10 @@ def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, tmp_path: 
     assert all((table / f.path).exists() for f in written), "an abandoned rewrite deletes nothing (vacuum does)"
 
 
-def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    config = generator_config(table, rows=6_000, per_batch=3_000)
-    fill(spark, config)
+    config = generator_config(table, rows=12_000, per_batch=3_000)
+    filled(config)
     compactor = Compactor(config, spark=spark)
     group = compactor.plan().groups[0]
     layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
@@ -197,13 +164,13 @@ def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, tmp_p
     with pytest.raises(CompactionConflictError, match="missing"):
         commit_rewrite(compactor.spark, LakeTable(config).delta, group, written, details={"operation": "compaction"})
     assert DeltaTable(str(table)).version() == version
-    assert read_delta(table).num_rows == 6_000
+    assert read_delta(table).num_rows == 12_000
 
 
-def test_the_local_and_the_spark_rewrite_lay_out_the_same_files(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_local_and_the_spark_rewrite_lay_out_the_same_files(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    config = generator_config(table, rows=12_000, per_batch=2_000, **{"table.partition_by": "[]"})
-    fill(spark, config)
+    config = generator_config(table, rows=9_000, per_batch=3_000, **{"table.partition_by": "[]"})
+    filled(config)
     compactor = Compactor(config, spark=spark)
     group = compactor.plan().groups[0]
     layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
@@ -247,11 +214,11 @@ def test_rewritten_files_follow_the_tables_stats_properties_as_they_change(spark
 
 
 def test_a_group_the_local_rewrite_cannot_read_is_rewritten_by_spark(  # type: ignore[no-untyped-def]
-    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark, filled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = tmp_path / "t"
-    config = generator_config(table, rows=6_000, per_batch=2_000, **{"table.partition_by": "[]"})
-    fill(spark, config)
+    config = generator_config(table, rows=9_000, per_batch=3_000, **{"table.partition_by": "[]"})
+    filled(config)
     before = read_delta(table)
 
     def unreadable(*args: object, **kwargs: object) -> None:
@@ -290,12 +257,12 @@ def test_partition_values_that_need_uri_encoding_are_compacted(spark, tmp_path: 
     assert len(DeltaTable(str(table)).file_uris()) < 27
 
 
-def test_a_commit_whose_answer_is_lost_is_resolved_from_the_log(spark, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_commit_whose_answer_is_lost_is_resolved_from_the_log(spark, filled, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                 monkeypatch: pytest.MonkeyPatch,
                                                                 caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
     table = tmp_path / "t"
-    config = generator_config(table, rows=6_000, per_batch=3_000)
-    fill(spark, config)
+    config = generator_config(table, rows=12_000, per_batch=3_000)
+    filled(config)
     before = read_delta(table)
     monkeypatch.setenv("LAKECLUSTER_TEST_FAIL_AT", "compaction_after_commit_call")
     with caplog.at_level(logging.WARNING, logger="lakecluster.compaction.commit"):
@@ -313,16 +280,9 @@ def test_a_commit_whose_answer_is_lost_is_resolved_from_the_log(spark, tmp_path:
     assert row_multiset(read_delta(table)) == row_multiset(before)
 
 
-def filled_for_subprocesses(spark, table: Path) -> list[str]:  # type: ignore[no-untyped-def]
-    """Fill ``table`` (unpartitioned: one group per round) with 9,000 generator rows in 3 commits,
-    in this process; returns the CLI args of compactors that work on it."""
-    fill(spark, generator_config(table, rows=9_000, per_batch=3_000, **{"table.partition_by": "[]"}))
-    return [f"--set=table.path={table}", "--set=table.partition_by=[]", *[f"--set={k}={v}" for k, v in SMALL.items()]]
-
-
-def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    args = filled_for_subprocesses(spark, table)
+    args = filled_for_subprocesses(filled, table)
     before = read_delta(table)
     # Both plan from the same snapshot and hold each rewrite for 15 s before committing: they
     # overlap for sure, and only one may win each group.
@@ -338,9 +298,11 @@ def test_two_compactor_processes_at_once_never_rewrite_the_same_rows_twice(spark
     assert duckdb_connection().execute(f"SELECT count(*) FROM delta_scan('{table}')").fetchone() == (9_000,)
 
 
-def test_compactor_killed_before_commit_leaves_the_table_intact_and_its_files_to_vacuum(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_compactor_killed_before_commit_leaves_the_table_intact_and_its_files_to_vacuum(  # type: ignore[no-untyped-def]
+    spark, filled, tmp_path: Path
+) -> None:
     table = tmp_path / "t"
-    args = filled_for_subprocesses(spark, table)
+    args = filled_for_subprocesses(filled, table)
     before = read_delta(table)
     version = DeltaTable(str(table)).version()
     crashed = subprocess.run(lakecluster_cmd(*args, "compact", "--once"), capture_output=True,
@@ -401,7 +363,7 @@ def test_stream_and_compactor_side_by_side_on_kafka(spark, kafka: KafkaBroker, t
             records = kr.build(wave * 1000, 250, partitions=3, seed=wave, with_malformed=False)
             kafka.produce(topic, [(r.partition, r.value) for r in records])
             produced.extend(records)
-            time.sleep(6)
+            time.sleep(3)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and (not (table / "_delta_log").exists()
                                                or read_delta(table).num_rows < len(produced)):  # fmt: skip
@@ -422,14 +384,14 @@ def test_stream_and_compactor_side_by_side_on_kafka(spark, kafka: KafkaBroker, t
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, tmp_path: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_stop_during_a_rewrite_abandons_it_within_the_stop_timeout(spark, filled, tmp_path, engine: str) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     # A timeout far shorter than any rewrite: the rewrite is always still running when it expires.
     settings = {"table.partition_by": "[]", "compaction.stop_timeout_s": "0.01",
                 "compaction.target_file_bytes": "3000000", "compaction.min_file_bytes": "3000000",
                 **ENGINES[engine]}  # fmt: skip
     config = generator_config(table, rows=60_000, per_batch=15_000, **settings)
-    fill(spark, config)
+    filled(config)
     before = read_delta(table)
     version = DeltaTable(str(table)).version()
     compactor = Compactor(config, spark=spark)

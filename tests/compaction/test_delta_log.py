@@ -16,8 +16,8 @@ from lakecluster.compaction.loop import Compactor
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
 from lakecluster.table import LakeTable
-from tests.compaction.test_compaction import fill, generator_config, row_multiset
 from tests.conftest import duckdb_connection, read_delta
+from tests.generated_tables import fill, generator_config, row_multiset
 from tests.index.test_concurrency import assert_sound_and_current
 
 pytestmark = pytest.mark.integration

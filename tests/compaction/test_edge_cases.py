@@ -15,8 +15,8 @@ from deltalake import DeltaTable
 from lakecluster.compaction.loop import Compactor
 from lakecluster.config import load_config
 from lakecluster.stream.job import StreamJob
-from tests.compaction.test_compaction import SMALL, fill, generator_config, row_multiset
 from tests.conftest import read_delta
+from tests.generated_tables import SMALL, fill, generator_config, row_multiset
 from tests.services.kafka import KafkaBroker
 from tests.stream import kafka_records as kr
 

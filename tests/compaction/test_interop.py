@@ -16,8 +16,8 @@ from deltalake import DeltaTable
 from lakecluster.compaction.loop import Compactor
 from lakecluster.stream.generator import GeneratorSettings, generate
 from lakecluster.stream.ssb import SSB_COLUMNS
-from tests.compaction.test_compaction import fill, generator_config
 from tests.conftest import duckdb_connection, read_delta
+from tests.generated_tables import fill, generator_config
 from tests.spark_scans import files_scanned
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.compaction.test_compaction import SMALL, filled_for_subprocesses
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.generated_tables import SMALL, filled_for_subprocesses
 from tests.services.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -56,9 +56,9 @@ def _wait(what: str, check, timeout_s: float = 300) -> None:  # type: ignore[no-
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_changed_thresholds_apply_without_a_restart(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_changed_thresholds_apply_without_a_restart(filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
-    filled_for_subprocesses(spark, table)
+    filled_for_subprocesses(filled, table)
     port = free_port()
     config = tmp_path / "lakecluster.toml"
     config.write_text(_config(table, port, min_input_files=1000))  # more files than the table has: no group

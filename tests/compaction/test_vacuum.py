@@ -16,9 +16,9 @@ from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.vacuum import vacuum
 from lakecluster.errors import ConfigError, RetentionError
 from lakecluster.table import LakeTable
-from tests.compaction.test_compaction import fill, generator_config, row_multiset
 from tests.compaction.test_interop import files_read
 from tests.conftest import duckdb_connection
+from tests.generated_tables import fill, generator_config, row_multiset
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from tests.compaction.test_compaction import SMALL
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.generated_tables import SMALL
 from tests.prometheus import Prometheus, start_prometheus
 from tests.services.kafka import KafkaBroker
 from tests.services.ports import free_port

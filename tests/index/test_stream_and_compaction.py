@@ -18,8 +18,8 @@ from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import rebuild, store_for, sync
 from lakecluster.layout import clustering_depth
 from lakecluster.table import LakeTable
-from tests.compaction.test_compaction import fill, generator_config
 from tests.conftest import duckdb_connection
+from tests.generated_tables import fill, generator_config
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from tests.compaction.test_compaction import SMALL
 from tests.conftest import lakecluster_cmd, subprocess_env
+from tests.generated_tables import SMALL
 from tests.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration

@@ -41,6 +41,7 @@ COORDINATES = (
 JVM_OPTIONS = (
     "-Xmx512m", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
     "-XX:-UsePerfData",  # no /tmp/hsperfdata_* file left behind by a killed broker
+    "-XX:TieredStopAtLevel=1",  # a test broker serves kilobytes: C2's compile time is never earned back
 )  # fmt: skip
 COMPRESSIONS = ("gzip", "snappy", "lz4", "zstd")
 
