@@ -9,7 +9,9 @@ and jars maps it (``-XX:SharedArchiveFile``). The JVM checks the archive against
 class path and runs without it when they differ (``-Xshare:auto``, the default), so a stale or
 damaged archive costs a slower start, never a failure (a truncated one it cannot survive: the
 file's name says its size, see :class:`ClassArchive`). A dump interrupted by a kill leaves a
-``.part`` file that a later start deletes.
+``.part`` file that a later start deletes. Drivers that started before any archive existed (the
+first minute on a new machine, several at once) would each dump one at exit; once another process
+has kept one, their dumps are worth nothing and they are ended instead of waited for.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 ABANDONED_AFTER_S = 900
 # How long an exiting process waits for its JVM to write the archive (once per JDK and Spark).
 DUMP_WAIT_S = 120
+# How long a JVM whose dump is not needed gets for its shutdown hooks (temporary directories)
+# before it is killed; it is killed at once when its dump has begun (the hooks have run).
+HOOKS_WAIT_S = 3
 # The JVM reports every class it cannot archive (generated ones, old bytecode) as a warning.
 _QUIET = "-Xlog:cds*=off"
 
@@ -149,7 +154,11 @@ def finish(jvm: subprocess.Popen[bytes] | None = None) -> None:
     for dump in [d for d in _dumps if jvm is None or d.jvm is jvm]:
         _dumps.remove(dump)
         if dump.jvm.poll() is None:
-            log.info("writing the JVM class archive (once per JDK and Spark) in %s", dump.archive.directory)
+            needed = dump.archive.path is None  # None: no other process has kept one meanwhile
+            if needed:
+                log.info("writing the JVM class archive (once per JDK and Spark) in %s", dump.archive.directory)
+            else:
+                log.debug("a class archive is already in %s: not waiting for this JVM's", dump.archive.directory)
             if dump.before_exit is not None:
                 try:
                     dump.before_exit()
@@ -158,8 +167,23 @@ def finish(jvm: subprocess.Popen[bytes] | None = None) -> None:
             try:
                 if dump.jvm.stdin is not None:
                     dump.jvm.stdin.close()
+                if not needed:
+                    _end_without_dump(dump)
+                    continue
                 dump.jvm.wait(timeout=DUMP_WAIT_S)
             except (OSError, subprocess.TimeoutExpired):
                 continue  # the JVM finishes alone; a later start drops the unfinished file
         if dump.jvm.returncode == 0:
             dump.archive.keep(dump.pending)
+
+
+def _end_without_dump(dump: _Dump) -> None:
+    """Let an exiting JVM run its shutdown hooks, then kill it before (or while) it writes a dump
+    nobody needs; delete what it wrote."""
+    deadline = time.monotonic() + HOOKS_WAIT_S
+    while dump.jvm.poll() is None and time.monotonic() < deadline and not dump.pending.exists():
+        time.sleep(0.05)
+    if dump.jvm.poll() is None:
+        dump.jvm.kill()
+        dump.jvm.wait()
+    dump.pending.unlink(missing_ok=True)

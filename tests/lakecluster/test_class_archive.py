@@ -3,6 +3,7 @@ exit, the next maps it, and a damaged or abandoned archive never stops a JVM fro
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
@@ -58,6 +59,35 @@ def test_the_first_jvm_writes_the_archive_at_exit_and_the_next_maps_it(tmp_path:
     started = _version(options, "-Xlog:cds=info")
     assert started.returncode == 0, started.stderr
     assert "Mapped dynamic region" in started.stdout, started.stdout[-2000:]
+
+
+def test_a_jvm_that_started_before_the_archive_was_kept_is_ended_not_waited_for(  # type: ignore[no-untyped-def]
+    tmp_path: Path, caplog
+) -> None:
+    archive = ClassArchive.of(tmp_path / "cds")
+    classes = _compiled(tmp_path)
+    # Two drivers start on a machine with no archive: both are told to dump at exit.
+    started = []
+    for _ in range(2):
+        options, pending = archive.java_options()
+        assert pending is not None
+        jvm = subprocess.Popen([java_tool("java"), *options.split(), "-cp", classes, "Wait"], stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        keep_at_exit(archive, pending, jvm)
+        started.append((jvm, pending))
+    (first, _), (second, second_pending) = started
+    class_archive.finish(first)  # the first to exit writes the archive and keeps it
+    kept = archive.path
+    assert kept is not None
+    kept_inode = kept.stat().st_ino
+
+    caplog.set_level(logging.DEBUG, logger="lakecluster.class_archive")
+    class_archive.finish(second)  # the second one's dump would be thrown away: it is not written
+    assert second.poll() is not None
+    assert not [r for r in caplog.records if "writing the JVM class archive" in r.getMessage()]
+    assert any("already" in r.getMessage() for r in caplog.records)
+    assert not second_pending.exists()
+    assert list((tmp_path / "cds").iterdir()) == [kept] and kept.stat().st_ino == kept_inode
 
 
 def test_finish_ends_only_the_jvm_it_is_given(tmp_path: Path) -> None:
