@@ -63,7 +63,6 @@ class FilledTables:
         self.spark = spark
         self.home = home
         self.tables: dict[str, Path] = {}
-        self.streamed = 0  # how many fills actually ran (the rest were copies)
 
     def __call__(self, config: Config) -> None:
         key = repr(replace(config, table=replace(config.table, path=""),
@@ -72,7 +71,6 @@ class FilledTables:
             original = self.home / f"t{len(self.tables)}"
             fill(self.spark, replace(config, table=replace(config.table, path=str(original))))
             self.tables[key] = original
-            self.streamed += 1
         original, target = self.tables[key], Path(config.table.path)
         shutil.copytree(original, target)
         quarantine = Path(f"{original}_quarantine")
