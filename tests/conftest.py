@@ -13,18 +13,16 @@ import pytest
 
 from tests.prometheus import Prometheus, start_prometheus
 from tests.services.kafka import KafkaBroker
+from tests.services.process import TEST_JIT
 from tests.services.s3 import S3Server, unique_prefix
 
 REPO = Path(__file__).resolve().parent.parent
 
 # Every Spark driver the tests start (the session below and each `lakecluster` subprocess, which
-# inherit the environment) compiles with C1 only: test JVMs live seconds to minutes on kilobytes,
-# and C2's compilations cost more CPU than they save (a 6,000-row `stream --available-now`: 39
-# CPU-seconds with both compilers, 22 with C1). Spark's launcher adds SPARK_SUBMIT_OPTS to the
-# driver's command line; the JIT tier changes no behaviour.
-if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -XX:TieredStopAtLevel=1".strip()
-
+# inherit the environment) gets the tests' JIT setting: Spark's launcher adds SPARK_SUBMIT_OPTS to
+# the driver's command line.
+if TEST_JIT not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {TEST_JIT}".strip()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files with integration tests (real services, subprocesses: the long ones) run first, the

@@ -41,7 +41,7 @@ COORDINATES = (
 JVM_OPTIONS = (
     "-Xmx512m", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
     "-XX:-UsePerfData",  # no /tmp/hsperfdata_* file left behind by a killed broker
-    "-XX:TieredStopAtLevel=1",  # a test broker serves kilobytes: C2's compile time is never earned back
+    process.TEST_JIT,
 )  # fmt: skip
 COMPRESSIONS = ("gzip", "snappy", "lz4", "zstd")
 
@@ -186,7 +186,7 @@ class KafkaBroker:
     def format_storage(self) -> None:
         """``kafka-storage.sh format --standalone``: write meta.properties and the one-voter quorum."""
         command = [
-            java_tool("java"), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+            java_tool("java"), "-Xmx256m", process.TEST_JIT, "-XX:-UsePerfData",
             *self._cds_options(dump=False),
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp", self.classpath, "kafka.tools.StorageTool",
