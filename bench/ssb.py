@@ -148,36 +148,6 @@ def run_queries(spark: Any, path: Path, runs: int) -> dict[str, tuple[int, float
     return out
 
 
-READING = """
-Reading the run of 2026-11-25 (scale factor 1, 1,000 files, clustering on lo_orderdate, s_region, c_region,
-p_brand1):
-
-- **Region filters** (Q3.1-Q3.4, Q4.1, Q4.2): Delta's ZORDER and liquid clustering read 84-88% of
-  the files on Q3.x. Both map each column to range ids and interleave their bits; a column of 5
-  values has ids 0-4, whose few bits barely move the curve, so the regions stay unclustered.
-  lakecluster cuts every column into ranges of about equal depth (5 for a region, as many as it
-  has values) and gives the rest of the file budget to the other columns: with equal weights a
-  query on both regions reads about 1/25 of the files (Q3.1: 36 of 965).
-- **Date-only queries** (Q1.1-Q1.3) filter on d_year, d_yearmonthnum and d_weeknuminyear, which
-  follow lo_orderdate. The cuts between the date's levels sit on year starts
-  (`compaction.round_cuts`: 19930000 is the roundest value near an equal-depth cut of the
-  `yyyymmdd` integers), so a year reads whole levels: 142 files on Q1.1 against ZORDER's 177. The
-  same run with `compaction.round_cuts = false` (`--equal-depth`, a trial with `--only-lakecluster`)
-  read 300 files on each of Q1.1-Q1.3: every year and month straddled two of its 7 levels.
-- **A month or a week needs more date levels than equal weights give** (7: Q1.2 and Q1.3 read
-  140 files against ZORDER's 66 and 103; Q2.3, a single brand, 35 against liquid's 33). The
-  weighted layout gives the date 19 levels, the brand 10 (a single brand, Q2.3), s_region its 5
-  and c_region 1: every query on the customer's region,
-  nation or city also filters the supplier's, which carries it. Those weights (`--weights
-  lo_orderdate=2.8 s_region=2 c_region=0.1 p_brand1=2.2`) were chosen for this workload after two
-  trials; with c_region at 3 levels and the brand at 4, Q2.3 read 51 files against liquid's 37.
-  The price is on the region queries (Q3.3: 525 files, against 300 with equal weights and 879 for
-  ZORDER) and the margin on Q1.1 is two files (175 against 177).
-
-Rewrite speed here, on 828 KB files (groups above `compaction.local_rewrite_max_bytes`: the Spark
-rewrite): lakecluster 0.76 × ZORDER's MB/s, 0.68 × liquid clustering's. Small groups are rewritten
-in the compactor's own process ("Rewrite profile" above).
-"""
 
 
 def render(command: str, layouts: list[tuple[str, int, float | None, dict]], args: argparse.Namespace,
@@ -205,7 +175,13 @@ def render(command: str, layouts: list[tuple[str, int, float | None, dict]], arg
         summary += (f"{label.strip('*')} reads the fewest files on {fewest} of the {len(QUERIES)} queries; in total "
                     f"{totals[label] / totals['Delta ZORDER']:.2f} × Delta ZORDER's files and "
                     f"{totals[label] / totals['Delta liquid']:.2f} × liquid clustering's.\n")
-    summary += "Goal: the fewest on every query, at most 0.5 × ZORDER's in total.\n" + READING
+    zorder = next(lay for lay in layouts if lay[0] == "Delta ZORDER")
+    for label, _, seconds, _ in (lay for lay in layouts if "lakecluster" in lay[0] and lay[2] is not None):
+        summary += (f"{label.strip('*')} rewrote at {zorder[2] / seconds:.2f} × Delta ZORDER's MB/s"
+                    + "".join(f", {lay[2] / seconds:.2f} × {lay[0]}'s" for lay in others
+                              if lay[0] != "Delta ZORDER" and lay[2] is not None) + ".\n")
+    summary += ("Goal with default settings: at most 0.7 × ZORDER's files in total and the fewest (or tied) on at "
+                "least 11 of the 13 queries; with the weights `tune --queries` picks, the fewest on every query.\n")
     return (f"## SSB: the 13 Star Schema Benchmark queries on four layouts\n\n`{command}` — {rows:,} rows of the "
             f"flattened SSB table (scale factor {args.scale_factor:g}, {len(SSB_FULL_COLUMNS)} columns, "
             f"{in_bytes / 1e6:,.0f} MB of Parquet), written in generator order as {args.files} files, then "
