@@ -174,14 +174,11 @@ def compactor_config(path: Path, columns: Sequence[ColumnSpec], clustering: Sequ
                                    local_max=local_max)  # fmt: skip
 
 
-def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, workdir: Path,  # type: ignore[no-untyped-def]
-                          engine: str = "local") -> tuple[np.ndarray, float]:  # fmt: skip
-    """The real compactor (read, key, sort, parquet write, Delta commit) on a copy; ``engine``: the
-    default rewrite (``local``: in the compactor's process for groups up to 128 MiB) or always Spark."""
+def prepare_compactor(table: pa.Table, files: int, source: Path, workdir: Path, engine: str = "local") -> Path:
+    """A copy of ``source`` with the boundary sketches the stream would have kept, and a compactor
+    config for it (one group, the whole table); returns the config file."""
     from deltalake import DeltaTable
 
-    from lakecluster.compaction.loop import Compactor
-    from lakecluster.config import load_config
     from lakecluster.table import LakeTable
 
     path = workdir / "lakecluster"
@@ -196,12 +193,23 @@ def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, work
                ColumnSpec("row_id", "long")]  # fmt: skip
     cfg_file.write_text(compactor_config(path, columns, COLUMNS, max(1, in_bytes // files), in_bytes * 2,
                                          local_max=(128 << 20) if engine == "local" else 0))  # fmt: skip
+    return cfg_file
+
+
+def lakecluster_compactor(spark, table: pa.Table, files: int, source: Path, workdir: Path,  # type: ignore[no-untyped-def]
+                          engine: str = "local") -> tuple[np.ndarray, float]:  # fmt: skip
+    """The real compactor (read, key, sort, parquet write, Delta commit) on a copy; ``engine``: the
+    default rewrite (``local``: in the compactor's process for groups up to 128 MiB) or always Spark."""
+    from lakecluster.compaction.loop import Compactor
+    from lakecluster.config import load_config
+
+    cfg_file = prepare_compactor(table, files, source, workdir, engine)
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()
     seconds = time.perf_counter() - started
     assert [r.result for r in results] == ["committed"], results
-    return file_of_rows(path, table.num_rows), seconds
+    return file_of_rows(workdir / "lakecluster", table.num_rows), seconds
 
 
 Result = tuple[str, list[float], int]  # layout, files scanned per column, file count

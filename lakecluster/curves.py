@@ -47,6 +47,10 @@ def _check(coords: Sequence[np.ndarray], bits: Sequence[int]) -> list[np.ndarray
     return out
 
 
+CHUNK_ROWS = 1 << 15  # rows per pass: every array of a chunk stays in the CPU cache across its passes
+GRID_MAX = 1 << 16  # keys of coordinate grids up to this size are computed once per point and looked up
+
+
 def interleave(coords: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
     """Z-order: bits interleaved from the most significant level down, as big-endian key bytes.
 
@@ -54,19 +58,33 @@ def interleave(coords: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
     bits[i]``: columns with fewer bits take part in the coarse levels and drop out of the fine
     ones, so the first splits alternate over every column. Returns an ``(n, nbytes)`` uint8 array.
     """
-    cs = _check(coords, bits)
+    return _interleave(_check(coords, bits), bits)
+
+
+def _interleave(cs: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
     n = len(cs[0])
     total = sum(bits)
     width = (total + 7) // 8
-    key = np.zeros((n, width), dtype=np.uint8)
-    position = width * 8 - total  # output bit index from the most significant; the pad stays 0
-    for level in range(max(bits)):
-        for c, b in zip(cs, bits, strict=True):
-            if level < b:
-                bit = ((c >> np.uint64(b - 1 - level)) & np.uint64(1)).astype(np.uint8)
-                key[:, position // 8] |= bit << np.uint8(7 - position % 8)
-                position += 1
-    return key
+    # (column, source bit) of each output bit, most significant first, padded with zeros at the top
+    order = [(c, b - 1 - level) for level in range(max(bits)) for c, b in enumerate(bits) if level < b]
+    order = [(-1, 0)] * (width * 8 - total) + order
+    # Output words of 64 bits: each built with integer shifts, then written as 8 big-endian bytes.
+    words = np.zeros((n, -(-width // 8)), dtype=">u8")
+    for w in range(words.shape[1]):
+        part = order[w * 64 : (w + 1) * 64]
+        for start in range(0, n, CHUNK_ROWS):
+            stop = min(start + CHUNK_ROWS, n)
+            acc = np.zeros(stop - start, dtype=np.uint64)
+            bit = np.empty(stop - start, dtype=np.uint64)
+            for position, (c, source) in enumerate(part):
+                if c < 0:
+                    continue
+                np.right_shift(cs[c][start:stop], np.uint64(source), out=bit)
+                bit &= np.uint64(1)
+                bit <<= np.uint64(63 - position)
+                acc |= bit
+            words[start:stop, w] = acc
+    return words.view(np.uint8).reshape(n, -1)[:, :width]
 
 
 def hilbert_transpose(coords: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:
@@ -75,28 +93,47 @@ def hilbert_transpose(coords: Sequence[np.ndarray], bits: int) -> list[np.ndarra
     All columns share ``bits``. Returns the transposed Hilbert index: interleaving its bits
     (column 0 most significant) gives the index along the curve.
     """
-    x = [c.copy() for c in _check(coords, [bits] * len(coords))]
-    d = len(x)
-    m = np.uint64(1) << np.uint64(bits - 1)
-    q = m
-    while q > 1:  # inverse undo excess work
-        p = q - np.uint64(1)
+    return _hilbert_transpose(_check(coords, [bits] * len(coords)), bits)
+
+
+def _hilbert_transpose(cs: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:
+    """The transform, branch-free, in place, a cache-sized chunk of rows at a time (uint32: at
+    most 32 bits per column); ``cs`` is left unchanged."""
+    d, n = len(cs), len(cs[0])
+    out = [np.empty(n, dtype=np.uint64) for _ in range(d)]
+    one = np.uint32(1)
+    for start in range(0, n, CHUNK_ROWS):
+        stop = min(start + CHUNK_ROWS, n)
+        x = [c[start:stop].astype(np.uint32) for c in cs]
+        high = np.empty(stop - start, dtype=np.uint32)
+        t = np.empty(stop - start, dtype=np.uint32)
+        for level in range(bits - 1, 0, -1):  # inverse undo excess work, q = 1 << level
+            p = np.uint32((1 << level) - 1)
+            for i in range(d):
+                # high: all ones where bit q of x[i] is set (invert the low bits of x[0]), else 0
+                # (swap the low bits of x[0] and x[i]).
+                np.right_shift(x[i], np.uint32(level), out=high)
+                high &= one
+                np.negative(high, out=high)
+                if i == 0:
+                    x[0] ^= high & p
+                    continue
+                np.bitwise_xor(x[0], x[i], out=t)
+                t &= p
+                t &= ~high
+                x[0] ^= (high & p) | t
+                x[i] ^= t
+        for i in range(1, d):  # Gray encode
+            x[i] ^= x[i - 1]
+        t[:] = 0
+        for level in range(bits - 1, 0, -1):
+            np.right_shift(x[d - 1], np.uint32(level), out=high)
+            high &= one
+            np.negative(high, out=high)
+            t ^= high & np.uint32((1 << level) - 1)
         for i in range(d):
-            high = (x[i] & q) != 0
-            # where bit q of x[i] is set: invert the low bits of x[0]; else swap them with x[i]'s
-            t = np.where(high, np.uint64(0), (x[0] ^ x[i]) & p)
-            x[0] = np.where(high, x[0] ^ p, x[0] ^ t)
-            if i:
-                x[i] = x[i] ^ t
-        q >>= np.uint64(1)
-    for i in range(1, d):  # Gray encode
-        x[i] = x[i] ^ x[i - 1]
-    t = np.zeros_like(x[0])
-    q = m
-    while q > 1:
-        t = np.where((x[d - 1] & q) != 0, t ^ (q - np.uint64(1)), t)
-        q >>= np.uint64(1)
-    return [xi ^ t for xi in x]
+            out[i][start:stop] = x[i] ^ t
+    return out
 
 
 def hilbert(coords: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
@@ -104,10 +141,23 @@ def hilbert(coords: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
 
     The curve needs one resolution for all columns: a column with fewer bits is scaled up
     (shifted left) so every column spans the whole cube and takes part in the coarse levels.
+    A small grid (at most ``GRID_MAX`` points, as the coarse cells are) is keyed once per point
+    and the rows look their key up.
     """
+    cs = _check(coords, bits)
     width = max(bits)
-    scaled = [np.asarray(c, dtype=np.uint64) << np.uint64(width - b) for c, b in zip(coords, bits, strict=True)]
-    return interleave(hilbert_transpose(scaled, width), [width] * len(coords))
+    if len(cs[0]) > GRID_MAX and sum(bits) <= GRID_MAX.bit_length() - 1:
+        points = np.arange(1 << sum(bits), dtype=np.uint64)
+        shifts = np.cumsum([0, *bits[::-1]])[::-1][1:]  # the last column in the lowest bits
+        grid = [(points >> np.uint64(s)) & np.uint64((1 << b) - 1) for s, b in zip(shifts, bits, strict=True)]
+        keys = hilbert(grid, bits)
+        code = np.zeros(len(cs[0]), dtype=np.int64)
+        for c, s in zip(cs, shifts, strict=True):
+            code |= c.astype(np.int64) << int(s)
+        flat = np.ascontiguousarray(keys).view(f"S{keys.shape[1]}").ravel()
+        return flat[code].view(np.uint8).reshape(len(code), keys.shape[1])
+    scaled = [c << np.uint64(width - b) for c, b in zip(cs, bits, strict=True)]
+    return _interleave(_hilbert_transpose(scaled, width), [width] * len(cs))
 
 
 def curve_key(curve: Curve, coords: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
@@ -128,7 +178,12 @@ def key_array(key: np.ndarray) -> pa.FixedSizeBinaryArray:
 
 def argsort_keys(key: np.ndarray) -> np.ndarray:
     """Stable order of rows by key bytes."""
-    if key.shape[1] == 0:
-        return np.arange(key.shape[0])
-    as_bytes = np.ascontiguousarray(key).view(f"S{key.shape[1]}").ravel()
+    n, width = key.shape
+    if width == 0:
+        return np.arange(n)
+    if width <= 8:  # as unsigned integers: sorts several times faster than byte strings
+        padded = np.zeros((n, 8), dtype=np.uint8)
+        padded[:, 8 - width :] = key
+        return np.argsort(padded.view(">u8").ravel().astype(np.uint64), kind="stable")
+    as_bytes = np.ascontiguousarray(key).view(f"S{width}").ravel()
     return np.argsort(as_bytes, kind="stable")

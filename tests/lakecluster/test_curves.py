@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hilbertcurve.hilbertcurve import HilbertCurve
 
-from lakecluster.curves import argsort_keys, curve_key, hilbert, interleave, key_array
+from lakecluster.curves import GRID_MAX, argsort_keys, curve_key, hilbert, interleave, key_array
 
 
 def key_to_int(key: np.ndarray) -> list[int]:
@@ -40,6 +40,20 @@ def test_hilbert_matches_reference_implementation(d: int, bits: int) -> None:
     assert key_to_int(hilbert(coords, [bits] * d)) == [int(x) for x in reference]
 
 
+@pytest.mark.parametrize("bits", [[4, 4, 4], [2, 5, 3], [7, 1]])
+def test_hilbert_of_many_rows_on_a_small_grid_matches_reference_implementation(bits: list[int]) -> None:
+    """More rows than GRID_MAX on a grid of few points: keys looked up per point, as computed per row."""
+    rng = np.random.default_rng(sum(bits))
+    n = GRID_MAX + 1_000
+    coords = [rng.integers(0, 1 << b, n) for b in bits]
+    keys = key_to_int(hilbert(coords, bits))
+    width = max(bits)
+    rows = rng.choice(n, 400, replace=False)
+    scaled = np.stack([c[rows] << (width - b) for c, b in zip(coords, bits, strict=True)], axis=1)
+    reference = HilbertCurve(width, len(bits)).distances_from_points(scaled.tolist())
+    assert [keys[r] for r in rows] == [int(x) for x in reference]
+
+
 def test_zorder_is_bitwise_interleaving_msb_first_with_unequal_bits() -> None:
     rng = np.random.default_rng(7)
     bits = [3, 5, 1]
@@ -66,15 +80,17 @@ def test_keys_longer_than_64_bits_keep_every_bit() -> None:
     assert len(set(h)) == 3 and max(h) < 1 << 100
 
 
-def test_byte_keys_sort_like_integers_in_numpy_and_arrow() -> None:
+@pytest.mark.parametrize(("d", "bits"), [(6, 12), (3, 10), (8, 8), (1, 3)])  # 72, 30, 64 and 3-bit keys
+def test_byte_keys_sort_like_integers_in_numpy_and_arrow(d: int, bits: int) -> None:
     rng = np.random.default_rng(3)
-    coords = [rng.integers(0, 1 << 12, 2000) for _ in range(6)]  # 72-bit keys
-    key = curve_key("hilbert", coords, [12] * 6)
+    coords = [rng.integers(0, 1 << bits, 2000) for _ in range(d)]
+    key = curve_key("hilbert", coords, [bits] * d)
     ints = key_to_int(key)
     order = argsort_keys(key)
-    assert [ints[i] for i in order] == sorted(ints)
+    # stable: equal keys keep the rows' order
+    assert order.tolist() == sorted(range(len(ints)), key=lambda i: ints[i])
     arrow_sorted = key_array(key).to_pylist()
-    assert sorted(arrow_sorted) == [int.to_bytes(v, 9, "big") for v in sorted(ints)]
+    assert sorted(arrow_sorted) == [int.to_bytes(v, key.shape[1], "big") for v in sorted(ints)]
 
 
 def test_bad_input_is_rejected() -> None:
