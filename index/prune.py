@@ -158,30 +158,37 @@ class FileStats:
         return cls(nulls, nulls, np.zeros(n, bool), np.ones(n, bool), np.ones(n, bool))
 
     @classmethod
-    def aligned(cls, col: ColumnSpec, rows: pa.Table, files: pa.Array) -> FileStats:
-        """Stats of ``col`` for ``files`` (rows of the column's index entries, any order)."""
-        n = len(files)
-        if not rows.num_rows:
+    def aligned(cls, col: ColumnSpec, entries: pa.Table, files: pa.Table) -> FileStats:
+        """Stats of ``col`` for ``files`` (fid, value_count), from the column's ``entries`` (fid,
+        null_count, nan_count, min, max; any order, at most one per fid)."""
+        n = files.num_rows
+        if not entries.num_rows:
             return cls.unknown(n)
-        if rows.num_rows == n and rows["file"].equals(pa.chunked_array([files])):
-            t, present = rows, np.ones(n, bool)  # already aligned (the column the files came from)
+        fids, efids = files["fid"].to_numpy(), entries["fid"].to_numpy()
+        if len(efids) == n and (efids == fids).all():
+            t, present = entries, np.ones(n, bool)  # already aligned (the usual case: both sorted by fid)
         else:
-            pos = pc.index_in(files, value_set=rows["file"])
-            present = pc.is_valid(pos).to_numpy(zero_copy_only=False)
-            t = rows.take(pos.fill_null(0))
+            order = np.argsort(efids, kind="stable")
+            pos = np.minimum(np.searchsorted(efids, fids, sorter=order), len(efids) - 1)
+            present = efids[order[pos]] == fids
+            t = entries.take(pa.array(order[pos]))
 
-        def ints(name: str) -> tuple[np.ndarray, np.ndarray]:
-            arr = t[name].combine_chunks()
+        def ints(arr: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
             return arr.fill_null(0).to_numpy(zero_copy_only=False), arr.is_valid().to_numpy(zero_copy_only=False)
 
-        (vc, vc_ok), (nc, nc_ok), (nan, nan_ok) = ints("value_count"), ints("null_count"), ints("nan_count")
+        (vc, vc_ok), (nc, nc_ok) = ints(files["value_count"]), ints(t["null_count"])
+        nan, nan_ok = ints(t["nan_count"])
         stats_ok = present & vc_ok & nc_ok
         non_null = vc - nc
         has_values = ~stats_ok | (non_null > 0)
         has_nulls = ~stats_ok | (nc > 0)
-        missing = pa.array(~present)
-        lo = pc.if_else(missing, pa.scalar(None, pa.binary()), t["min"].combine_chunks())
-        hi = pc.if_else(missing, pa.scalar(None, pa.binary()), t["max"].combine_chunks())
+        lo, hi = t["min"].combine_chunks(), t["max"].combine_chunks()
+        if not present.all():
+            missing = pa.array(~present)
+            lo = pc.if_else(missing, pa.scalar(None, pa.binary()), lo)
+            hi = pc.if_else(missing, pa.scalar(None, pa.binary()), hi)
         if family(col) == "float":
             nan_key = pa.scalar(NAN_KEY, pa.binary())
             all_nan = pa.array(stats_ok & nan_ok & (non_null > 0) & (nan == non_null))
@@ -265,13 +272,13 @@ class PruneResult:
         return int(pc.sum(self.files["size_bytes"]).as_py() or 0)
 
 
-
-def evaluate(expr: P.Expr, indexed: Sequence[ColumnSpec], rows_by_column: dict[str, pa.Table],
-             files: pa.Array) -> tuple[np.ndarray, list[np.ndarray]]:  # fmt: skip
-    """(mask over ``files``, one mask per top-level conjunct) from index rows per column."""
+def evaluate(expr: P.Expr, indexed: Sequence[ColumnSpec], entries_by_column: dict[str, pa.Table],
+             files: pa.Table) -> tuple[np.ndarray, list[np.ndarray]]:  # fmt: skip
+    """(mask over ``files``, one mask per top-level conjunct): ``files`` has fid and value_count,
+    ``entries_by_column`` each column's entries (fid, null_count, nan_count, min, max)."""
     by_name = {c.name: c for c in indexed}
-    n = len(files)
-    stats = {name: FileStats.aligned(by_name[name], rows, files) for name, rows in rows_by_column.items()}
+    n = files.num_rows
+    stats = {name: FileStats.aligned(by_name[name], rows, files) for name, rows in entries_by_column.items()}
     for name in P.columns_of(expr):
         stats.setdefault(name, FileStats.unknown(n))  # not indexed: nothing can be dropped on it
     masks = [may_match(normal_form(c), stats, n) for c in P.conjuncts(expr)]
@@ -295,7 +302,8 @@ def prune(target: IndexSpec | LakeTable | str, where: str, *, sync_first: bool =
 
     Raises:
         PredicateError: ``where`` does not parse or names an unknown column.
-        StatsIndexError: there is no index (``sync_first=False``), or it is behind the table.
+        StatsIndexError: there is no index (``sync_first=False``), it is behind the table, or it
+            is in a format this code does not read (a sync rebuilds it).
     """
     if isinstance(target, str):
         spec = IndexSpec.for_location(LakeTable.at(target))
@@ -321,20 +329,17 @@ def _prune(spec: IndexSpec, where: str) -> PruneResult:
     expr = P.parse(where, manifest.columns())
     indexed = manifest.indexed_columns()
     indexed_names = {c.name for c in indexed}
-    wanted = [c for c in P.columns_of(expr) if c in indexed_names] or [indexed[0].name]
-    # Only what the evaluation needs; the first column also gives the files' own facts.
-    stats = ["file", "min", "max", "value_count", "null_count", "nan_count"]
-    reads = {name: store.read_column(name, [*stats, "partition", "size_bytes"] if i == 0 else stats)
-             for i, name in enumerate(wanted)}  # fmt: skip
-    first = reads[wanted[0]].rows
-    universe = first.select(["file", "partition", "size_bytes", "value_count"])
-    rows = {name: r.rows for name, r in reads.items() if name in P.columns_of(expr)}
-    mask, masks = evaluate(expr, indexed, rows, universe["file"].combine_chunks())
-    sizes = universe["size_bytes"].to_numpy(zero_copy_only=False) if universe.num_rows else np.zeros(0)
+    wanted = [c for c in P.columns_of(expr) if c in indexed_names]
+    live = store.read_live(manifest=manifest)  # fid, file, partition, size_bytes, value_count
+    files = live.rows
+    reads = {name: store.read_entries(name, manifest=manifest) for name in wanted}
+    mask, masks = evaluate(expr, indexed, {name: r.rows for name, r in reads.items()}, files)
+    sizes = files["size_bytes"].to_numpy(zero_copy_only=False) if files.num_rows else np.zeros(0)
+    kept = files.filter(pa.array(mask)).select(["file", "partition", "size_bytes", "value_count"])
     result = PruneResult(
-        where, manifest.delta_version, universe.filter(pa.array(mask)), universe.num_rows, int(sizes.sum()),
-        int(pc.sum(universe["value_count"]).as_py() or 0), index_bytes_read=sum(r.bytes_read for r in reads.values()),
-        columns_read=wanted,
+        where, manifest.delta_version, kept, files.num_rows, int(sizes.sum()),
+        int(pc.sum(files["value_count"]).as_py() or 0),
+        index_bytes_read=live.bytes_read + sum(r.bytes_read for r in reads.values()), columns_read=wanted,
     )  # fmt: skip
     for conjunct, m in zip(P.conjuncts(expr), masks, strict=True):
         text = where[conjunct.span[0] : conjunct.span[1]]

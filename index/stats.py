@@ -1,4 +1,5 @@
-"""Per-(column, partition, file) stats rows of the index, from Delta add actions.
+"""The index's rows, from Delta add actions: a file row per data file (its path, partition and
+counts, under its file number) and an entry per (column, file) with the column's stats.
 
 Two sources feed the same encoder, so an incrementally kept index equals a rebuilt one:
 ``from_add_actions`` takes delta-rs's ``get_add_actions(flatten=True)`` (a rebuild, vectorised)
@@ -23,24 +24,39 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from lakecluster.index.encoding import PREFIX_END, encode_array, family
+from lakecluster.index.file_ids import file_ids
 from lakecluster.log_stats import partition_array, typed_stat
 from lakecluster.parquet_files import HIVE_NULL
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.stats_columns import STRING_PREFIX
 from lakecluster.uris import data_file
 
+# One schema for two kinds of rows, keyed by (column, fid): a file row (column "") per data file,
+# with its path, partition and counts, or a tombstone of it (deleted); and an entry per indexed
+# column and file, with the column's stats. Fields a kind does not use are null.
+FILE_ROWS = ""
 ROW_SCHEMA = pa.schema([
+    ("column", pa.string()), ("fid", pa.int64()), ("deleted", pa.bool_()),
+    ("file", pa.string()), ("partition", pa.string()), ("size_bytes", pa.int64()), ("value_count", pa.int64()),
+    ("null_count", pa.int64()), ("nan_count", pa.int64()), ("min", pa.binary()), ("max", pa.binary()),
+])  # fmt: skip
+KEY = [("column", "ascending"), ("fid", "ascending")]
+FILE_FIELDS = ("file", "partition", "size_bytes", "value_count")
+ENTRY_FIELDS = ("null_count", "nan_count", "min", "max")
+# What readers see: one row per (column, file), a file's facts beside the column's stats.
+VIEW_SCHEMA = pa.schema([
     ("column", pa.string()), ("partition", pa.string()), ("file", pa.string()), ("deleted", pa.bool_()),
     ("value_count", pa.int64()), ("null_count", pa.int64()), ("nan_count", pa.int64()),
     ("min", pa.binary()), ("max", pa.binary()), ("size_bytes", pa.int64()),
 ])  # fmt: skip
-KEY = [("column", "ascending"), ("partition", "ascending"), ("file", "ascending")]
+VIEW_KEY = [("column", "ascending"), ("partition", "ascending"), ("file", "ascending")]
 
 
 def empty_rows() -> pa.Table:
@@ -71,40 +87,49 @@ def _normalise(col: ColumnSpec, lo: pa.Array, hi: pa.Array) -> tuple[pa.Array, p
     return enc_lo, enc_hi
 
 
-def index_rows(columns: Sequence[ColumnSpec], partition_by: Sequence[str], files: pa.Table,
-               stats: Mapping[str, tuple[pa.Array, pa.Array, pa.Array, pa.Array]]) -> pa.Table:  # fmt: skip
-    """Rows for every (column, file): ``files`` has file, partition, size_bytes, value_count;
-    ``stats[name]`` is (null counts, NaN counts, minima, maxima) aligned with ``files``."""
+def file_rows(files: pa.Table, fids: np.ndarray, *, deleted: bool = False) -> pa.Table:
+    """A file row per file (``files``: file, partition, size_bytes, value_count), or its tombstone."""
     n = files.num_rows
-    pieces = []
+    null_int, null_bin = pa.nulls(n, pa.int64()), pa.nulls(n, pa.binary())
+    return pa.table({
+        "column": pa.array([FILE_ROWS] * n, pa.string()), "fid": pa.array(fids, pa.int64()),
+        "deleted": pa.array(np.full(n, deleted)), "file": files["file"], "partition": files["partition"],
+        "size_bytes": files["size_bytes"], "value_count": files["value_count"],
+        "null_count": null_int, "nan_count": null_int, "min": null_bin, "max": null_bin,
+    }, schema=ROW_SCHEMA)  # fmt: skip
+
+
+def index_rows(columns: Sequence[ColumnSpec], partition_by: Sequence[str], files: pa.Table,
+               stats: Mapping[str, tuple[pa.Array, pa.Array, pa.Array, pa.Array]], seed: int) -> pa.Table:  # fmt: skip
+    """A file row per file and an entry per (column, file): ``files`` has file, partition,
+    size_bytes, value_count; ``stats[name]`` is (null counts, NaN counts, minima, maxima) aligned
+    with ``files``; files are numbered under ``seed`` (``file_ids``)."""
+    n = files.num_rows
+    fids = file_ids(files["file"], seed)
+    pieces = [file_rows(files, fids)]
+    null_str, null_int = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
     for col in columns:
         nulls, nans, lo, hi = stats[col.name]
         enc_lo, enc_hi = _normalise(col, lo, hi)
         pieces.append(pa.table({
-            "column": pa.array([col.name] * n, pa.string()), "partition": files["partition"], "file": files["file"],
-            "deleted": pa.array([False] * n), "value_count": files["value_count"], "null_count": nulls.cast(pa.int64()),
-            "nan_count": nans.cast(pa.int64()), "min": enc_lo, "max": enc_hi, "size_bytes": files["size_bytes"],
+            "column": pa.array([col.name] * n, pa.string()), "fid": pa.array(fids, pa.int64()),
+            "deleted": pa.nulls(n, pa.bool_()), "file": null_str, "partition": null_str, "size_bytes": null_int,
+            "value_count": null_int, "null_count": nulls.cast(pa.int64()), "nan_count": nans.cast(pa.int64()),
+            "min": enc_lo, "max": enc_hi,
         }, schema=ROW_SCHEMA))  # fmt: skip
-    if not pieces:
-        return empty_rows()
     return pa.concat_tables(pieces).sort_by(KEY)
 
 
-def tombstones(columns: Sequence[ColumnSpec], removed: Sequence[tuple[str, str]]) -> pa.Table:
-    """Rows that delete (column, partition, file) for each removed (file, partition key)."""
+def tombstones(removed: Sequence[tuple[str, str]], seed: int) -> pa.Table:
+    """Rows that delete each removed (file, partition key): a tombstone file row; the file's
+    entries are then dead wherever they are."""
     n = len(removed)
-    if not n or not columns:
+    if not n:
         return empty_rows()
-    files = pa.array([f for f, _ in removed] * len(columns), pa.string())
-    parts = pa.array([p for _, p in removed] * len(columns), pa.string())
-    names = pa.array([c.name for c in columns for _ in range(n)], pa.string())
-    null_int = pa.nulls(n * len(columns), pa.int64())
-    return pa.table({
-        "column": names, "partition": parts, "file": files, "deleted": pa.array([True] * n * len(columns)),
-        "value_count": null_int, "null_count": null_int, "nan_count": null_int,
-        "min": pa.nulls(n * len(columns), pa.binary()), "max": pa.nulls(n * len(columns), pa.binary()),
-        "size_bytes": null_int,
-    }, schema=ROW_SCHEMA).sort_by(KEY)  # fmt: skip
+    files = pa.table({"file": pa.array([f for f, _ in removed], pa.string()),
+                      "partition": pa.array([p for _, p in removed], pa.string()),
+                      "size_bytes": pa.nulls(n, pa.int64()), "value_count": pa.nulls(n, pa.int64())})  # fmt: skip
+    return file_rows(files, file_ids(files["file"], seed), deleted=True).sort_by(KEY)
 
 
 def _partition_stats(col: ColumnSpec, values: pa.Array, counts: pa.Array) -> tuple[pa.Array, ...]:
@@ -117,7 +142,7 @@ def _partition_stats(col: ColumnSpec, values: pa.Array, counts: pa.Array) -> tup
     return nulls, nans, values, values
 
 
-def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str],
+def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str], seed: int,
                      nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
     """Index rows of every live file, from ``DeltaTable.get_add_actions(flatten=True)``."""
     n = actions.num_rows
@@ -144,7 +169,7 @@ def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition
         nans = _nan_array(col, paths, nan_counts)
         stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
                            col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
-    return index_rows(columns, partition_by, files, stats)
+    return index_rows(columns, partition_by, files, stats, seed)
 
 
 def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mapping[str, int]] | None) -> pa.Array:
@@ -159,7 +184,7 @@ def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mappi
 
 
 def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[ColumnSpec], partition_by: Sequence[str],
-                     nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
+                     seed: int, nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
     """Index rows of the files added by ``add`` actions read from the log (one loop per file)."""
     n = len(adds)
     if n == 0:
@@ -184,7 +209,7 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
         lo = pa.array([typed_stat(col, p.get("minValues", {}).get(col.name), False) for p in parsed], carrier)
         hi = pa.array([typed_stat(col, p.get("maxValues", {}).get(col.name), True) for p in parsed], carrier)
         stats[col.name] = (nulls, _nan_array(col, paths, nan_counts), lo.cast(tp), hi.cast(tp))
-    return index_rows(columns, partition_by, files, stats)
+    return index_rows(columns, partition_by, files, stats, seed)
 
 
 def scan_nan_counts(fs: pafs.FileSystem, root: str, paths: Sequence[str],

@@ -1,15 +1,19 @@
-"""The index on storage: an LSM of Parquet files sorted by (column, partition, file), and a manifest.
+"""The index on storage: an LSM of Parquet files sorted by (column, file number), and a manifest.
 
-``<index path>/manifest.json`` names the Delta version the index reflects, the table's columns,
-the base file and the delta segments (oldest first). It is replaced atomically (locally: write a
-temporary file, then rename; on object stores: one PUT of the whole object): a reader sees either
-the old or the new index, never a mix. Every data file is sorted by the key and written so that
+``<index path>/manifest.json`` names its format, the Delta version the index reflects, the
+table's columns, the seed of the file numbers, the base file and the delta segments (oldest
+first). It is replaced atomically (locally: write a temporary file, then rename; on object
+stores: one PUT of the whole object): a reader sees either the old or the new index, never a mix.
+Every data file holds file rows (column ``""``: a file's path, partition and counts, once) and
+entries (a column's stats for a file, by its number), sorted by the key, and is written so that
 **no row group spans two columns**, with row-group statistics on the key: a reader of one column
-reads the footer, then only that column's row groups. A segment holds the rows of files added
-since the previous sync and tombstones (``deleted = true``) of removed files; for each (column,
-file) the newest file wins. Segments merge by size (``merge_plan``): the newest ones together as
-they grow, into a new base only when they hold half as many rows as the base, so a sync's work
-grows with the new files, not the table.
+reads the footer, then only the file rows' and that column's row groups. A segment holds the
+rows of files added since the previous sync and tombstones (deleted file rows) of removed files;
+for each (column, file number) the newest data file wins, and a tombstone hides the file's
+entries everywhere. Segments merge by size (``merge_plan``): the newest ones together as they
+grow, into a new base only when they hold half as many rows as the base, so a sync's work grows
+with the new files, not the table. Data files never change once written: what a process read
+of them is kept for its next reads (``_PARTS``).
 
 Several processes may sync at once (the stream, the compactor, ``prune``), on local disk or on an
 object store with neither locks nor atomic renames. So publishing never deletes anything:
@@ -29,8 +33,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
@@ -42,10 +48,19 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from lakecluster.errors import StatsIndexError
-from lakecluster.index.stats import KEY, ROW_SCHEMA, empty_rows
+from lakecluster.index.stats import (
+    ENTRY_FIELDS,
+    FILE_FIELDS,
+    FILE_ROWS,
+    KEY,
+    ROW_SCHEMA,
+    VIEW_KEY,
+    VIEW_SCHEMA,
+    empty_rows,
+)
 from lakecluster.schema import ColumnSpec
 
-FORMAT = 1
+FORMAT = 2  # 1: entries keyed by path (before file numbers); read as unknown, rebuilt by a sync
 MANIFEST = "manifest.json"
 GC_GRACE_S_DEFAULT = 3600.0  # index.gc_grace_s: how long unreferenced index files are kept
 _TMP = f".{MANIFEST}."  # prefix of temporary manifests (local and HDFS-like storage)
@@ -68,6 +83,7 @@ class Manifest:
     # Data files earlier manifests named and this one does not -> when they stopped being named
     # (Unix seconds); the collector keeps them for the grace period after that.
     retired: dict[str, float] = field(default_factory=dict)
+    fid_seed: int = 0  # the seed of the files' numbers (index/file_ids.py)
     format: int = FORMAT
 
     def columns(self) -> tuple[ColumnSpec, ...]:
@@ -90,6 +106,10 @@ class Publication:
     manifest: Manifest
     published: bool
     reason: str = ""
+
+
+class IndexFormatError(StatsIndexError):
+    """The manifest is in another format than the one this code reads (a sync rebuilds it)."""
 
 
 class IndexFilesMissing(StatsIndexError):
@@ -132,8 +152,14 @@ class IndexStore:
             return None
         except (OSError, ValueError) as e:
             raise StatsIndexError(f"index manifest under {self.path} is unreadable: {e}") from e
-        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        if not isinstance(raw, dict):
             raise StatsIndexError(f"index manifest under {self.path} has an unknown format")
+        if raw.get("format") != FORMAT:
+            # Format 1 (paths in every entry) or a newer one: never read with this code's rules.
+            raise IndexFormatError(
+                f"the index under {self.path} is in format {raw.get('format')!r}, this lakecluster reads format "
+                f"{FORMAT}: the next `lakecluster index sync` rebuilds it"
+            )
         try:
             return Manifest(**raw)
         except TypeError as e:
@@ -250,15 +276,15 @@ class IndexStore:
     # -- data files ---------------------------------------------------------------------------
 
     def write(self, rows: pa.Table, kind: str, version: int) -> str:
-        """Write sorted ``rows`` as one file; returns its name (relative to the index path)."""
+        """Write ``rows`` (file rows, entries, tombstones) sorted by the key as one file; returns
+        its name (relative to the index path)."""
         self.fs.create_dir(self.root, recursive=True)
-        # The row count in the name lets merges size files without reading them; older readers
-        # take names as they are.
+        # The row count in the name lets merges size files without reading them.
         name = f"{kind}-{version:020d}-{uuid.uuid4().hex[:12]}-r{rows.num_rows}.parquet"
         rows = rows.cast(ROW_SCHEMA).sort_by(KEY)
         with pq.ParquetWriter(
             f"{self.root}/{name}", ROW_SCHEMA, filesystem=self.fs, compression="zstd",
-            use_dictionary=["column", "partition", "min", "max"], column_encoding={"file": "DELTA_BYTE_ARRAY"},
+            use_dictionary=["column", "partition", "min", "max"],
             write_statistics=["column"],  # the key readers filter row groups on; more stats bloat the footer
         ) as writer:  # fmt: skip
             for start, end in _runs(rows["column"]):
@@ -266,56 +292,135 @@ class IndexStore:
         return name
 
     def entries(self, manifest: Manifest) -> int:
-        """Rows (entries and tombstones) in the manifest's data files, from their footers."""
-        names = ([manifest.base] if manifest.base else []) + list(manifest.segments)
-        return sum(self._open(name).metadata.num_rows for name in names)
+        """Rows (file rows, entries and tombstones) in the manifest's data files, from their footers."""
+        return sum(self._open(name).metadata.num_rows for name in manifest.files)
 
     def _open(self, name: str) -> pq.ParquetFile:
         return pq.ParquetFile(self.fs.open_input_file(f"{self.root}/{name}"))
 
+    def _footer(self, name: str) -> tuple[pq.FileMetaData, int]:
+        """A data file's footer and the bytes read for it (0: kept from an earlier read)."""
+        key = (self.path, name)
+        with _FOOTERS_LOCK:
+            md = _FOOTERS.get(key)
+        if md is not None:
+            return md, 0
+        md = self._open(name).metadata
+        with _FOOTERS_LOCK:
+            _FOOTERS[key] = md
+            while len(_FOOTERS) > 256:
+                _FOOTERS.popitem(last=False)
+        return md, md.serialized_size + 8
+
     # -- reading --------------------------------------------------------------------------------
+
+    def _part(self, name: str, column: str, fields: Sequence[str]) -> tuple[pa.Table, int, int]:
+        """The rows of ``column`` (``FILE_ROWS``: the file rows) in one data file: ``fid`` and
+        ``fields``; with the bytes and row groups read. Data files never change once written, so
+        what was read is kept (``_PARTS``) for the next read of the same part."""
+        key = (self.path, name, column, tuple(fields))
+        cached = _PARTS.get(key)
+        if cached is not None:
+            return cached, 0, 0
+        md, footer = self._footer(name)
+        schema = md.schema.to_arrow_schema()
+        at = schema.get_field_index("column")
+        chosen = []
+        for i in range(md.num_row_groups):
+            st = md.row_group(i).column(at).statistics
+            if st is None or not st.has_min_max or st.min <= column <= st.max:
+                chosen.append(i)
+        wanted = ["column", "fid", *fields]
+        idx = [schema.get_field_index(c) for c in wanted]
+        nbytes = footer + sum(md.row_group(i).column(j).total_compressed_size for i in chosen for j in idx)
+        if chosen:
+            pf = pq.ParquetFile(self.fs.open_input_file(f"{self.root}/{name}"), metadata=md)
+            t = pf.read_row_groups(chosen, columns=wanted)
+            t = t.filter(pc.equal(t["column"], column)).drop_columns(["column"])
+        else:
+            t = pa.schema([ROW_SCHEMA.field(c) for c in wanted[1:]]).empty_table()
+        t = t.combine_chunks()
+        _PARTS.put(key, t)
+        return t, nbytes, len(chosen)
+
+    def _newest(self, manifest: Manifest, column: str, fields: Sequence[str]) -> tuple[pa.Table, int, int]:
+        """Per file number, the row of ``column`` in the newest data file holding one, sorted by fid.
+
+        The answer for a manifest is kept (``_PARTS``); the next manifest usually names the same
+        files plus a segment, and its answer starts from the kept one, reading only the segment.
+        """
+        files = tuple(manifest.files)
+        key = (self.path, "newest", column, tuple(fields))
+        kept = _PARTS.get((*key, files))
+        if kept is not None:
+            return kept, 0, 0
+        start, parts = 0, []
+        for n in range(len(files) - 1, 0, -1):  # the longest kept prefix of this manifest's files
+            earlier = _PARTS.get((*key, files[:n]))
+            if earlier is not None:
+                start, parts = n, [earlier]
+                break
+        nbytes, groups = 0, 0
+        for name in files[start:]:
+            t, b, g = self._part(name, column, fields)
+            parts.append(t)
+            nbytes, groups = nbytes + b, groups + g
+        newest = _newest_per_fid(parts)
+        _PARTS.put((*key, files), newest)
+        return newest, nbytes, groups
+
+    def read_files(self, fields: Sequence[str] = FILE_FIELDS, *, manifest: Manifest | None = None) -> pa.Table:
+        """The live files: ``fid`` and ``fields`` (of file, partition, size_bytes, value_count),
+        sorted by fid. From ``manifest``, else the one this store holds, else the current one."""
+        return self.read_live(fields, manifest=manifest).rows
+
+    def read_live(self, fields: Sequence[str] = FILE_FIELDS, *, manifest: Manifest | None = None) -> ColumnRead:
+        """:meth:`read_files`, with the bytes and row groups read."""
+        return self._retrying(lambda m: ColumnRead(*self._live_files(m, fields)), manifest)
+
+    def _live_files(self, manifest: Manifest, fields: Sequence[str]) -> tuple[pa.Table, int, int]:
+        rows, nbytes, groups = self._newest(manifest, FILE_ROWS, ["deleted", *fields])
+        if rows.num_rows and pc.any(rows["deleted"]).as_py():
+            rows = rows.filter(pc.invert(rows["deleted"]))
+        return rows.drop_columns(["deleted"]), nbytes, groups
+
+    def read_entries(self, column: str, fields: Sequence[str] = ENTRY_FIELDS, *,
+                     manifest: Manifest | None = None) -> ColumnRead:  # fmt: skip
+        """One column's entries: ``fid`` and ``fields`` (of null_count, nan_count, min, max), the
+        newest per file number, sorted by fid. Files that are no longer live may still have one:
+        join with :meth:`read_files`."""
+        return self._retrying(lambda m: ColumnRead(*self._newest(m, column, fields)), manifest)
 
     def read_column(
         self, column: str, columns: Sequence[str] | None = None, *, manifest: Manifest | None = None
     ) -> ColumnRead:
-        """Live rows of one column (in no particular order): per file, the footer and the row
-        groups whose key range holds it. From ``manifest``, else the one this store holds, else
-        the current one."""
+        """One row per live file for one column (``VIEW_SCHEMA``: the file's facts beside the
+        column's stats, in no particular order); ``columns`` selects fields of the view. From
+        ``manifest``, else the one this store holds, else the current one."""
         return self._retrying(lambda m: self._read_column(m, column, columns), manifest)
 
     def _read_column(self, manifest: Manifest, column: str, columns: Sequence[str] | None) -> ColumnRead:
-        wanted = list(dict.fromkeys([*(columns or ROW_SCHEMA.names), "column", "file", "deleted"]))
-        tables, nbytes, groups = [], 0, 0
-        for seq, name in enumerate(manifest.files):
-            pf = self._open(name)
-            md = pf.metadata
-            nbytes += md.serialized_size + 8
-            key = md.schema.to_arrow_schema().get_field_index("column")
-            chosen = []
-            for i in range(md.num_row_groups):
-                st = md.row_group(i).column(key).statistics
-                if st is None or not st.has_min_max or st.min <= column <= st.max:
-                    chosen.append(i)
-            if not chosen:
-                continue
-            idx = [md.schema.to_arrow_schema().get_field_index(c) for c in wanted]
-            nbytes += sum(md.row_group(i).column(j).total_compressed_size for i in chosen for j in idx)
-            groups += len(chosen)
-            t = pf.read_row_groups(chosen, columns=wanted)
-            t = t.filter(pc.equal(t["column"], column))
-            tables.append(_numbered(t, seq))
-        return ColumnRead(_latest_of_column(tables, wanted), nbytes, groups)
+        files, fbytes, fgroups = self._live_files(manifest, FILE_FIELDS)
+        entries, ebytes, egroups = self._newest(manifest, column, ENTRY_FIELDS)
+        view = _view(column, files, entries)
+        return ColumnRead(view.select(list(columns)) if columns else view, fbytes + ebytes, fgroups + egroups)
 
     def read_all(self, *, manifest: Manifest | None = None) -> pa.Table:
-        """Every live row, sorted by the key (for `index show`, merges and the equality checks).
-        From ``manifest``, else the one this store holds, else the current one."""
+        """Every live (column, file) row of the view, sorted by (column, partition, file): for
+        `index show`, and the equality checks of an incrementally kept index with a rebuild."""
         return self._retrying(self._read_all, manifest)
 
     def _read_all(self, manifest: Manifest) -> pa.Table:
-        tables = []
-        for seq, name in enumerate(manifest.files):
-            tables.append(_numbered(self._open(name).read(), seq))
-        return _latest(tables, ROW_SCHEMA.names)
+        files = self._live_files(manifest, FILE_FIELDS)[0]
+        views = [_view(c, files, self._newest(manifest, c, ENTRY_FIELDS)[0]) for c in manifest.indexed]
+        if not views:
+            return VIEW_SCHEMA.empty_table()
+        return pa.concat_tables(views).sort_by(VIEW_KEY)
+
+    def _raw(self, names: Sequence[str], manifest: Manifest, *, keep_deleted: bool) -> pa.Table:
+        """The data files ``names`` of ``manifest`` merged into one (newest row per key)."""
+        tables = [_numbered(self._open(name).read(), manifest.files.index(name)) for name in names]
+        return _merge(tables, keep_deleted=keep_deleted)
 
     def _retrying(self, read: Callable[[Manifest], _T], manifest: Manifest | None) -> _T:
         """``read`` of the given or held manifest; else of the current one, again with the next
@@ -353,8 +458,8 @@ class IndexStore:
 
     def append(self, rows: pa.Table, old: Manifest, version: int, max_segments: int, *,
                started: float) -> Publication:  # fmt: skip
-        """Publish a segment with ``rows`` (adds and tombstones) on top of ``old``, read at
-        ``started`` (``time.monotonic()``); then merge segments as :func:`merge_plan` says."""
+        """Publish a segment with ``rows`` (file rows, entries, tombstones) on top of ``old``,
+        read at ``started`` (``time.monotonic()``); then merge segments as :func:`merge_plan` says."""
         segments = list(old.segments)
         if rows.num_rows:
             segments.append(self.write(rows, "seg", version))
@@ -370,17 +475,16 @@ class IndexStore:
             return appended
         started = time.monotonic()
         if merge == len(sizes) and sum(sizes) * 2 >= base_rows:
-            return self._merged_or(appended, self.replace(self.read_all(manifest=current), current, based_on=current))
+            everything = self._raw(current.files, current, keep_deleted=False)
+            return self._merged_or(appended, self.replace(everything, current, based_on=current))
         # The newest ``merge`` segments become one; their tombstones stay (they delete base rows).
         kept, merging = current.segments[: len(sizes) - merge], current.segments[-merge:]
-        rows = _latest([_numbered(self._open(name).read(), current.files.index(name)) for name in merging],
-                       ROW_SCHEMA.names, keep_deleted=True)  # fmt: skip
-        merged = self.write(rows, "seg", current.delta_version)
+        merged = self.write(self._raw(merging, current, keep_deleted=True), "seg", current.delta_version)
         new = Manifest(**{**asdict(current), "segments": [*kept, merged]})
         return self._merged_or(appended, self.publish(new, based_on=current, started=started))
 
     def _rows(self, name: str) -> int:
-        """Rows of a data file: from its name (``-r<rows>``), else (an older file) its footer."""
+        """Rows of a data file: from its name (``-r<rows>``), else its footer."""
         found = _ROWS_IN_NAME.search(name)
         return int(found.group(1)) if found else self._open(name).metadata.num_rows
 
@@ -389,10 +493,132 @@ class IndexStore:
         return merged if merged.published else appended
 
 
+class _PartCache:
+    """What was read of data files lately, and answers built from them (immutable files: nothing
+    kept is ever stale), least recently used dropped first beyond ``max_bytes`` in all."""
 
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._parts: OrderedDict[tuple, pa.Table] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> pa.Table | None:
+        with self._lock:
+            t = self._parts.get(key)
+            if t is not None:
+                self._parts.move_to_end(key)
+            return t
+
+    def put(self, key: tuple, t: pa.Table) -> None:
+        size = t.nbytes
+        with self._lock:
+            if key in self._parts or size > self.max_bytes:
+                return
+            self._parts[key] = t
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, old = self._parts.popitem(last=False)
+                self._bytes -= old.nbytes
+
+
+# A million-file table's file rows and a few columns' entries, as read and as merged.
+_PARTS = _PartCache(max_bytes=1 << 30)
+_FOOTERS: OrderedDict[tuple[str, str], pq.FileMetaData] = OrderedDict()  # footers of data files read lately
+_FOOTERS_LOCK = threading.Lock()
 def _numbered(rows: pa.Table, seq: int) -> pa.Table:
-    """A data file's rows with its place in the manifest (newer files win in ``_latest``)."""
+    """A data file's rows with its place in the manifest (newer files win in ``_merge``)."""
     return rows.append_column("_seq", pa.array(np.full(rows.num_rows, seq, dtype=np.int32)))
+
+
+def _newest_per_fid(parts: Sequence[pa.Table]) -> pa.Table:
+    """Per fid, the row of the newest part holding it (parts oldest first), sorted by fid.
+
+    The oldest part (the base) holds nearly every row: rather than sorting them all, its rows
+    whose fid a newer part holds are dropped, and the rest merged with the newer parts' by fid.
+    """
+    parts = [p for p in parts if p.num_rows] or list(parts[:1])
+    if not parts:
+        raise ValueError("no parts")
+    if len(parts) == 1:
+        return _sorted_by_fid(parts[0])
+    newer = pa.concat_tables([p.append_column("_seq", pa.array(np.full(p.num_rows, i, dtype=np.int32)))
+                              for i, p in enumerate(parts[1:])])  # fmt: skip
+    fid = newer["fid"].to_numpy()
+    order = np.lexsort((-newer["_seq"].to_numpy(), fid))
+    first = np.r_[True, fid[order][1:] != fid[order][:-1]]
+    newer = newer.take(pa.array(order[first])).drop_columns(["_seq"])  # sorted by fid, one row each
+    base = _sorted_by_fid(parts[0])
+    base_fid, newer_fid = base["fid"].to_numpy(), newer["fid"].to_numpy()
+    pos = np.minimum(np.searchsorted(base_fid, newer_fid), max(len(base_fid) - 1, 0))
+    replaced = base_fid[pos] == newer_fid if len(base_fid) else np.zeros(len(newer_fid), bool)
+    if replaced.any():
+        keep = np.ones(len(base_fid), bool)
+        keep[pos[replaced]] = False
+        base = base.filter(pa.array(keep))
+    # Two runs sorted by fid: a stable sort of their concatenation is a linear merge (timsort).
+    both = pa.concat_tables([base, newer.select(base.column_names)])
+    order = np.argsort(both["fid"].to_numpy(), kind="stable")
+    return both.take(pa.array(order))
+
+
+def _sorted_by_fid(t: pa.Table) -> pa.Table:
+    fid = t["fid"].to_numpy()
+    if len(fid) < 2 or (fid[1:] >= fid[:-1]).all():
+        return t
+    return t.take(pa.array(np.argsort(fid, kind="stable")))
+
+
+def _view(column: str, files: pa.Table, entries: pa.Table) -> pa.Table:
+    """``VIEW_SCHEMA`` rows of ``column``: live ``files`` (sorted by fid) joined with its
+    ``entries`` (newest per fid, sorted by fid) on the file number."""
+    ffid, efid = files["fid"].to_numpy(), entries["fid"].to_numpy()
+    pos = np.searchsorted(efid, ffid)
+    found = pos < len(efid)
+    found[found] = efid[pos[found]] == ffid[found]
+    at = pa.array(pos[found])
+    live = files.filter(pa.array(found)) if not found.all() else files
+    n = live.num_rows
+    return pa.table({
+        "column": pa.array([column] * n, pa.string()), "partition": live["partition"], "file": live["file"],
+        "deleted": pa.array(np.zeros(n, bool)), "value_count": live["value_count"],
+        "null_count": entries["null_count"].take(at), "nan_count": entries["nan_count"].take(at),
+        "min": entries["min"].take(at), "max": entries["max"].take(at), "size_bytes": live["size_bytes"],
+    }, schema=VIEW_SCHEMA)  # fmt: skip
+
+
+def _merge(tables: list[pa.Table], *, keep_deleted: bool) -> pa.Table:
+    """Data files' rows (each with ``_seq``, its place in the manifest) as one, sorted by the key:
+    per (column, fid) the newest row; entries of files whose newest file row is a tombstone
+    dropped; tombstones themselves kept only with ``keep_deleted`` (a merge of segments, whose
+    tombstones must still hide rows of older files)."""
+    if not tables:
+        return empty_rows()
+    t = pa.concat_tables(tables).combine_chunks()
+    if not t.num_rows:
+        return t.drop_columns(["_seq"])
+    codes = pc.dictionary_encode(t["column"]).combine_chunks()
+    # dictionary order is first-seen order; rank the names so the sort follows the column names
+    names = codes.dictionary.to_pylist()
+    rank = np.argsort(np.argsort(np.array(names, dtype=object)))
+    column_rank = rank[codes.indices.to_numpy()]
+    fid, seq = t["fid"].to_numpy(), t["_seq"].to_numpy()
+    order = np.lexsort((-seq, fid, column_rank))
+    key_changed = (column_rank[order][1:] != column_rank[order][:-1]) | (fid[order][1:] != fid[order][:-1])
+    t = t.take(pa.array(order[np.r_[True, key_changed]]))
+    is_file_row = pc.equal(t["column"], FILE_ROWS)
+    tomb = pc.and_(is_file_row, pc.fill_null(t["deleted"], False))
+    dead = t["fid"].filter(tomb).to_numpy()
+    keep = np.ones(t.num_rows, bool)
+    if len(dead):
+        entry = pc.invert(is_file_row).to_numpy(zero_copy_only=False)
+        dead = np.sort(dead)
+        fids = t["fid"].to_numpy()
+        at = np.minimum(np.searchsorted(dead, fids), len(dead) - 1)
+        keep &= ~(entry & (dead[at] == fids))
+        if not keep_deleted:
+            keep &= ~tomb.to_numpy(zero_copy_only=False)
+    return t.filter(pa.array(keep)).drop_columns(["_seq"])
 
 
 def merge_plan(base_rows: int, segment_rows: Sequence[int], max_segments: int) -> int:
@@ -436,42 +662,3 @@ def _runs(column: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
     codes = pc.dictionary_encode(column).combine_chunks().indices.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     return list(zip(starts.tolist(), np.r_[starts[1:], n].tolist(), strict=True))
-
-
-def _latest_of_column(tables: list[pa.Table], names: Sequence[str]) -> pa.Table:
-    """:func:`_latest` for the rows of one column, oldest source first, in no particular order.
-
-    The oldest source (the base) holds nearly every row: rather than sorting them all, its rows
-    whose file a newer source mentions are dropped, and only the newer sources are sorted.
-    """
-    if len(tables) <= 1:
-        return _latest(tables, names)
-    newer = _latest(tables[1:], names, keep_deleted=True)
-    oldest = tables[0]
-    oldest = oldest.filter(pc.invert(pc.is_in(oldest["file"], value_set=newer["file"])))
-    both = pa.concat_tables([oldest.select(newer.column_names), newer])
-    return both.filter(pc.invert(both["deleted"]))
-
-
-def _latest(tables: list[pa.Table], names: Sequence[str], *, keep_deleted: bool = False) -> pa.Table:
-    """For each (column, file) the row of the newest source; tombstoned keys dropped, unless
-    ``keep_deleted`` (a merge of segments whose tombstones must still hide older rows)."""
-    names = [n for n in names if n != "_seq"]
-    if not tables:
-        return empty_rows().select(names)
-    if len(tables) == 1:
-        t = tables[0]
-        if keep_deleted or not pc.any(t["deleted"]).as_py():
-            return t.select(names)
-        return t.filter(pc.invert(t["deleted"])).select(names)
-    t = pa.concat_tables(tables).combine_chunks()
-    t = t.take(pc.sort_indices(t, [("column", "ascending"), ("file", "ascending"), ("_seq", "descending")]))
-    if t.num_rows:
-        col, f = t["column"], t["file"]
-        changed = pc.or_(pc.not_equal(col.slice(1), col.slice(0, len(col) - 1)),
-                         pc.not_equal(f.slice(1), f.slice(0, len(f) - 1)))  # fmt: skip
-        first = pa.concat_arrays([pa.array([True]), changed.combine_chunks()])
-        t = t.filter(first)
-    if not keep_deleted:
-        t = t.filter(pc.invert(t["deleted"]))
-    return t.sort_by([k for k in KEY if k[0] in names]).select(names)

@@ -18,12 +18,22 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakecluster import metrics
 from lakecluster.errors import StatsIndexError
+from lakecluster.index.file_ids import distinct, file_ids
 from lakecluster.index.spec import IndexSpec, table_columns
-from lakecluster.index.stats import from_add_actions, from_log_actions, partition_keys, scan_nan_counts, tombstones
+from lakecluster.index.stats import (
+    FILE_ROWS,
+    from_add_actions,
+    from_log_actions,
+    partition_keys,
+    scan_nan_counts,
+    tombstones,
+)
 from lakecluster.index.store import IndexFilesMissing, IndexStore, Manifest
 from lakecluster.log_stats import partition_array
 from lakecluster.table import IndexState, LakeTable, LogGap, NetChanges
@@ -70,12 +80,13 @@ def index_state(table: LakeTable) -> IndexState:
                       store.entries(manifest))  # fmt: skip
 
 
-def rebuild(target: IndexSpec | LakeTable, reason: str = "requested") -> SyncResult:
+def rebuild(target: IndexSpec | LakeTable, reason: str = "requested", *, seed: int = 0) -> SyncResult:
     """Build the index from scratch from the table's current snapshot.
 
     Args:
         target: the index, or a table (then its configured index, ``IndexSpec.of``).
         reason: why, for the log line and the result.
+        seed: the first seed to number the files with (the next ones when two files share a number).
 
     Returns:
         What was built (``published`` False: a concurrent sync got a newer index in first).
@@ -90,12 +101,13 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested") -> SyncRes
     partition_by = list(table.metadata().partition_columns)
     indexed = spec.indexed(columns, partition_by)
     actions = pa.table(table.get_add_actions(flatten=True))
+    seed = distinct_seed(actions["path"], seed)
     nans = None
     if spec.nan_counts == "scan":
         nans = scan_nan_counts(spec.table.delta.fs, spec.table.delta.root, actions["path"].to_pylist(), indexed)
-    rows = from_add_actions(actions, indexed, partition_by, nans)
+    rows = from_add_actions(actions, indexed, partition_by, seed, nans)
     manifest = Manifest(table.version(), [{"name": c.name, "type": c.type} for c in columns],
-                        [c.name for c in indexed], partition_by, spec.fingerprint())  # fmt: skip
+                        [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed)  # fmt: skip
     published = store_for(spec).replace(rows, manifest)
     if not published.published:
         reason = f"{reason}; not published: {published.reason}"
@@ -103,6 +115,15 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested") -> SyncRes
              actions.num_rows)  # fmt: skip
     return SyncResult("rebuild", None, table.version(), actions.num_rows, 0, time.monotonic() - started, reason,
                       published.published)  # fmt: skip
+
+
+def distinct_seed(paths: pa.ChunkedArray | pa.Array, first: int) -> int:
+    """The first seed from ``first`` under which no two of ``paths`` share a number."""
+    seed = first
+    while not distinct(file_ids(paths, seed)):
+        log.info("two files share a number under seed %d; numbering with seed %d", seed, seed + 1)
+        seed += 1
+    return seed
 
 
 def pending_commits(spec: IndexSpec, manifest: Manifest) -> list[list[dict]]:
@@ -165,8 +186,14 @@ def _sync(spec: IndexSpec) -> SyncResult:
     added, removed = changes.added, changes.removed
     delta = spec.table.delta
     nans = scan_nan_counts(delta.fs, delta.root, list(added), indexed) if spec.nan_counts == "scan" else None
-    adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, nans)
-    dead = tombstones(indexed, _removed_keys(removed, manifest))
+    adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, manifest.fid_seed, nans)
+    try:
+        clash = _number_clash(store, manifest, adds)
+    except StatsIndexError as e:  # a data file of the manifest is missing: only a rebuild helps
+        return rebuild(spec, f"the index is missing files: {e}")
+    if clash:
+        return rebuild(spec, clash, seed=manifest.fid_seed + 1)
+    dead = tombstones(_removed_keys(removed, manifest), manifest.fid_seed)
     version = manifest.delta_version + len(commits)
     try:
         published = store.append(pa.concat_tables([adds, dead]), manifest, version, spec.max_segments,
@@ -175,6 +202,28 @@ def _sync(spec: IndexSpec) -> SyncResult:
         return rebuild(spec, str(e))
     return SyncResult("incremental", manifest.delta_version, version, len(added), len(removed),
                       time.monotonic() - started, published.reason, published.published)  # fmt: skip
+
+
+def _number_clash(store: IndexStore, manifest: Manifest, adds: pa.Table) -> str:
+    """Why the added files cannot be numbered under the index's seed ("" when they can): two of
+    them, or one of them and a live file of another path, share a number."""
+    added = adds.filter(pc.equal(adds["column"], FILE_ROWS))
+    fids = added["fid"].to_numpy()
+    if not distinct(fids):
+        return "two added files share a file number"
+    live = store.read_files([], manifest=manifest)["fid"].to_numpy()  # sorted
+    at = np.minimum(np.searchsorted(live, fids), max(len(live) - 1, 0))
+    hits = live[at] == fids if len(live) else np.zeros(len(fids), bool)
+    if not hits.any():
+        return ""
+    # The same path added again (after a remove this sync nets out) keeps its number; another
+    # path with that number is a clash.
+    known = store.read_files(["file"], manifest=manifest)
+    paths = dict(zip(known["fid"].to_pylist(), known["file"].to_pylist(), strict=True))
+    for fid, path in zip(fids[hits].tolist(), added["file"].filter(pa.array(hits)).to_pylist(), strict=True):
+        if paths.get(fid) != path:
+            return f"files {path} and {paths.get(fid)} share a file number"
+    return ""
 
 
 def _removed_keys(removed: dict[str, dict], manifest: Manifest) -> list[tuple[str, str]]:

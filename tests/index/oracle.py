@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from lakecluster import predicate as P
 from lakecluster.index.prune import evaluate
-from lakecluster.index.stats import from_log_actions
+from lakecluster.index.stats import ENTRY_FIELDS, FILE_FIELDS, FILE_ROWS, from_log_actions
 from lakecluster.parquet_files import delta_stats
 from lakecluster.schema import ColumnSpec, arrow_schema
 
@@ -64,14 +64,26 @@ def index_rows_of(
                 "stats": spark_like(stats, columns) if spark else stats,
             }
         )
-    return from_log_actions(adds, columns, [], nan_counts(tables, columns) if scan_nans else None)
+    return from_log_actions(adds, columns, [], 0, nan_counts(tables, columns) if scan_nans else None)
+
+
+def split_rows(rows: pa.Table) -> tuple[pa.Table, dict[str, pa.Table]]:
+    """Index rows (``ROW_SCHEMA``) as what ``prune`` evaluates: the live files (fid, file,
+    partition, size_bytes, value_count) and each column's entries."""
+    is_file = pc.equal(rows["column"], FILE_ROWS)
+    files = rows.filter(pc.and_(is_file, pc.invert(pc.fill_null(rows["deleted"], False))))
+    entries = rows.filter(pc.invert(is_file))
+    by_column = {name: entries.filter(pc.equal(entries["column"], name)).select(["fid", *ENTRY_FIELDS])
+                 for name in pc.unique(entries["column"]).to_pylist()}  # fmt: skip
+    return files.select(["fid", *FILE_FIELDS]), by_column
 
 
 def candidates(rows: pa.Table, columns: Sequence[ColumnSpec], expr: P.Expr, n_files: int) -> set[str]:
-    files = pa.array([f"f{i}" for i in range(n_files)])
-    by_column = {c: rows.filter(pc.equal(rows["column"], c)) for c in P.columns_of(expr)}
+    files, entries = split_rows(rows)
+    assert files.num_rows == n_files
+    by_column = {c: entries[c] for c in P.columns_of(expr) if c in entries}
     mask, _ = evaluate(expr, columns, by_column, files)
-    return {f for f, keep in zip(files.to_pylist(), mask.tolist(), strict=True) if keep}
+    return set(files["file"].filter(pa.array(mask)).to_pylist())
 
 
 def matching_files(tables: Sequence[pa.Table], columns: Sequence[ColumnSpec], expr: P.Expr) -> set[str]:

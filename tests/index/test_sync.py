@@ -17,6 +17,7 @@ from deltalake import DeltaTable, write_deltalake
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.prune import prune
 from lakecluster.index.spec import IndexSpec
+from lakecluster.index.stats import ENTRY_FIELDS, FILE_FIELDS
 from lakecluster.index.store import merge_plan
 from lakecluster.index.sync import is_current, rebuild, store_for, sync
 from lakecluster.table import LakeTable
@@ -148,7 +149,7 @@ def test_unreadable_manifest_or_changed_settings_rebuild(tmp_path: Path) -> None
     assert store_for(narrower).manifest().indexed == ["year", "id", "city"]  # type: ignore[union-attr]
 
 
-def test_one_column_is_read_from_its_own_row_groups_only(tmp_path: Path) -> None:
+def test_one_column_is_read_from_its_own_row_groups_and_the_file_rows_only(tmp_path: Path) -> None:
     table = tmp_path / "t"
     spec = replace(IndexSpec.for_location(LakeTable.at(str(table))), row_group_rows=64)
     append(table, batch(0, 3000, seed=1), 0, rows_per_file=10)  # 300 files, 8 columns
@@ -162,11 +163,19 @@ def test_one_column_is_read_from_its_own_row_groups_only(tmp_path: Path) -> None
     assert all(st.min == st.max for st in keys)  # no row group spans two columns
     read = store.read_column("city")
     assert read.rows.num_rows == 300 and set(read.rows["column"].to_pylist()) == {"city"}
-    own = [i for i, st in enumerate(keys) if st.min == "city"]
-    assert read.row_groups == len(own) == 5  # ceil(300 / 64) of the file's 40
-    chunks = sum(md.row_group(i).column(j).total_compressed_size for i in own for j in range(md.num_columns))
-    assert read.bytes_read == md.serialized_size + 8 + chunks  # the footer and city's row groups, nothing else
+    assert sorted(read.rows["file"].to_pylist()) == sorted(store.read_files(["file"])["file"].to_pylist())
+    schema = md.schema.to_arrow_schema()
+    wanted = {"": ["column", "fid", "deleted", *FILE_FIELDS], "city": ["column", "fid", *ENTRY_FIELDS]}
+    groups = {name: [i for i, st in enumerate(keys) if st.min == name] for name in wanted}
+    assert len(groups["city"]) == len(groups[""]) == 5  # ceil(300 / 64) of the file's 45
+    assert read.row_groups == 10
+    chunks = sum(md.row_group(i).column(schema.get_field_index(c)).total_compressed_size
+                 for name, fields in wanted.items() for i in groups[name] for c in fields)  # fmt: skip
+    # the footer (once) and those row groups' chunks, nothing else
+    assert read.bytes_read == md.serialized_size + 8 + chunks
     assert read.bytes_read < path.stat().st_size / 2
+    again = store.read_column("city")  # data files never change: what was read is kept
+    assert again.bytes_read == 0 and again.rows.equals(read.rows)
 
 
 def test_prune_syncs_a_stale_index_and_without_sync_refuses_it(tmp_path: Path) -> None:
