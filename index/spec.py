@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -83,4 +84,23 @@ def table_columns(schema: pa.Schema) -> tuple[ColumnSpec, ...]:
             out.append(ColumnSpec(f.name, column_type_name(f.type)))
         except StatsIndexError:
             continue
+    return tuple(out)
+
+
+_DELTA_TYPES = {"long": "long", "integer": "int", "short": "int", "byte": "int", "float": "float", "double": "double",
+                "string": "string", "boolean": "boolean", "date": "date", "timestamp": "timestamp",
+                "timestamp_ntz": "timestamp"}  # fmt: skip
+
+
+def schema_string_columns(schema_string: str) -> tuple[ColumnSpec, ...]:
+    """:func:`table_columns` of a Delta ``schemaString`` (the log's JSON schema), without delta-rs."""
+    out = []
+    for f in json.loads(schema_string).get("fields", []):
+        kind = f.get("type")
+        if not isinstance(kind, str):
+            continue  # nested
+        if kind.startswith("decimal("):
+            out.append(ColumnSpec(f["name"], kind.replace(" ", "")))
+        elif kind in _DELTA_TYPES:
+            out.append(ColumnSpec(f["name"], _DELTA_TYPES[kind]))
     return tuple(out)

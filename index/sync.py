@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from lakecluster import metrics
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.file_ids import distinct, file_ids
-from lakecluster.index.spec import IndexSpec, table_columns
+from lakecluster.index.spec import IndexSpec, schema_string_columns, table_columns
 from lakecluster.index.stats import (
     FILE_ROWS,
     from_add_actions,
@@ -36,7 +36,9 @@ from lakecluster.index.stats import (
 )
 from lakecluster.index.store import IndexFilesMissing, IndexStore, Manifest
 from lakecluster.log_stats import partition_array
+from lakecluster.schema import ColumnSpec
 from lakecluster.table import IndexState, LakeTable, LogGap, NetChanges
+from lakecluster.table.snapshot import Unsupported
 
 log = logging.getLogger(__name__)
 
@@ -96,25 +98,47 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested", *, seed: i
     """
     spec = _spec(target)
     started = time.monotonic()
-    table = spec.table.delta.open()
-    columns = table_columns(pa.schema(table.schema().to_arrow()))
-    partition_by = list(table.metadata().partition_columns)
-    indexed = spec.indexed(columns, partition_by)
-    actions = pa.table(table.get_add_actions(flatten=True))
+    version, columns, partition_by, indexed, actions = _snapshot(spec)
     seed = distinct_seed(actions["path"], seed)
     nans = None
     if spec.nan_counts == "scan":
         nans = scan_nan_counts(spec.table.delta.fs, spec.table.delta.root, actions["path"].to_pylist(), indexed)
     rows = from_add_actions(actions, indexed, partition_by, seed, nans)
-    manifest = Manifest(table.version(), [{"name": c.name, "type": c.type} for c in columns],
+    manifest = Manifest(version, [{"name": c.name, "type": c.type} for c in columns],
                         [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed)  # fmt: skip
     published = store_for(spec).replace(rows, manifest)
     if not published.published:
         reason = f"{reason}; not published: {published.reason}"
-    log.info("index of %s rebuilt at version %d (%s): %d files", spec.table_uri, table.version(), reason,
+    log.info("index of %s rebuilt at version %d (%s): %d files", spec.table_uri, version, reason,
              actions.num_rows)  # fmt: skip
-    return SyncResult("rebuild", None, table.version(), actions.num_rows, 0, time.monotonic() - started, reason,
+    return SyncResult("rebuild", None, version, actions.num_rows, 0, time.monotonic() - started, reason,
                       published.published)  # fmt: skip
+
+
+def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], tuple[ColumnSpec, ...], pa.Table]:
+    """(version, table columns, partition columns, indexed columns, live add actions flattened):
+    from the log's checkpoint and commits (only the indexed columns' stats), or through delta-rs
+    for a log that reader does not read."""
+    location = spec.table.delta
+    try:
+        meta = location.metadata()
+        columns = schema_string_columns(meta.schema_string)
+        partition_by = list(meta.partition_columns)
+        indexed = spec.indexed(columns, partition_by)
+        by_name = {c.name: c for c in columns}
+        stats = [c for c in indexed if c.name not in partition_by]
+        live = location.live_adds([by_name[p] for p in partition_by], stats, null_counts=True)
+        if live.schema_string == meta.schema_string and list(live.partition_columns) == partition_by:
+            return live.version, columns, partition_by, indexed, live.actions
+        reason = "the schema changed while it was read"
+    except (Unsupported, LogGap) as e:
+        reason = str(e)
+    log.debug("index of %s rebuilt from delta-rs's snapshot (%s)", spec.table_uri, reason)
+    table = location.open()
+    columns = table_columns(pa.schema(table.schema().to_arrow()))
+    partition_by = list(table.metadata().partition_columns)
+    indexed = spec.indexed(columns, partition_by)
+    return table.version(), columns, partition_by, indexed, pa.table(table.get_add_actions(flatten=True))
 
 
 def distinct_seed(paths: pa.ChunkedArray | pa.Array, first: int) -> int:

@@ -1,6 +1,7 @@
 """The table's live files, kept current from the log's new commits (one view per table handle).
 
-Read once from the whole snapshot (delta-rs ``get_add_actions``), then brought forward by applying
+Read once from the whole snapshot (the last checkpoint, only the columns needed, and the commits
+after it: ``snapshot.py``; delta-rs for logs that reader does not read), then brought forward by applying
 the JSON commits after its version (``log.py``): a round costs the new commits plus a few
 vectorised passes over the file table, never a second read of the snapshot. A commit that is gone
 (log cleanup after a checkpoint) or that changes the table's metadata means one full read again.
@@ -25,6 +26,7 @@ from lakecluster.log_stats import partition_array, typed_stat
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
+from lakecluster.table.snapshot import Unsupported
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +91,17 @@ class LiveFiles:
         return self.version
 
     def _read_snapshot(self, reason: str) -> int:
-        table = self.location.open()
-        actions = pa.table(table.get_add_actions(flatten=True))
+        try:
+            live = self.location.live_adds(self.partition_by, self.stats_columns)
+            actions, configuration, version = live.actions, live.configuration, live.version
+        except (Unsupported, LogGap) as e:  # a log this reader does not read: delta-rs reads the snapshot
+            log.debug("live files of %s read through delta-rs (%s)", self.location.uri, e)
+            table = self.location.open()
+            actions, configuration = pa.table(table.get_add_actions(flatten=True)), table.metadata().configuration
+            version = table.version()
         self.table = self._from_actions(actions)
-        self.configuration = {k: v for k, v in table.metadata().configuration.items() if v is not None}
-        self.version = table.version()
+        self.configuration = {k: v for k, v in configuration.items() if v is not None}
+        self.version = version
         self.full_reads += 1
         log.debug("live files of %s read from the snapshot at version %d (%s): %d files", self.location.uri,
                   self.version, reason, self.table.num_rows)  # fmt: skip

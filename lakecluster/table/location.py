@@ -11,7 +11,7 @@ import contextlib
 import functools
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,8 @@ from deltalake.exceptions import TableNotFoundError as DeltaRsTableNotFound
 from lakecluster import storage
 from lakecluster.config import StorageConfig
 from lakecluster.errors import TableNotFoundError, TableNotWritableError
-from lakecluster.table import log
+from lakecluster.schema import ColumnSpec
+from lakecluster.table import log, snapshot
 from lakecluster.table.metadata import parse_user_metadata
 from lakecluster.uris import is_local, normalize
 
@@ -106,6 +107,25 @@ class DeltaLocation:
     def exists(self) -> bool:
         """Whether a Delta table is at the location (its log's first commit or a checkpoint)."""
         return log.log_exists(self.fs, self.log_dir)
+
+    def live_adds(self, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec], *,
+                  null_counts: bool = False) -> snapshot.LiveAdds:  # fmt: skip
+        """The live files with ``stats``' bounds, read from the log without delta-rs (``snapshot.py``).
+
+        Raises:
+            Unsupported: a checkpoint that reader does not read (use :meth:`open`).
+            LogGap: a commit after the checkpoint is missing.
+        """
+        return snapshot.read_live_adds(self.fs, self.log_dir, partition_by, stats, null_counts=null_counts)
+
+    def metadata(self) -> snapshot.Metadata:
+        """The latest schema, partitioning and properties, read from the log without delta-rs.
+
+        Raises:
+            Unsupported: a checkpoint ``snapshot.py`` does not read (use :meth:`open`).
+            LogGap: a commit after the checkpoint is missing.
+        """
+        return snapshot.read_metadata(self.fs, self.log_dir)
 
     def commits_after(self, version: int) -> list[list[dict]]:
         """The commits after ``version``, in order; :class:`~lakecluster.table.log.LogGap` when one is gone."""

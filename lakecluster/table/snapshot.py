@@ -1,0 +1,353 @@
+"""A table's live files read from its log directly: the last checkpoint, column-pruned and in
+batches, then the JSON commits after it.
+
+delta-rs's ``get_add_actions(flatten=True)`` materialises every add action with the stats of every
+column (gigabytes at a million files) to hand back a few of them. This reads only the checkpoint
+columns it needs (``add.path``, ``size``, ``partitionValues``, ``stats``), a batch of rows at a
+time, and keeps of each file's stats JSON only the requested columns, parsed vectorised by
+Arrow's JSON reader. A batch Arrow cannot parse under the columns' types (a bound written as
+text, NaN, a number off an integer) is read value by value with :func:`typed_stat`, the reading of
+the log's stats everywhere else: the result is the same either way, unreadable bounds unknown.
+
+The result has the columns of delta-rs's flattened add actions that lakecluster uses (``path``,
+``size_bytes``, ``num_records``, ``partition.<p>``, ``null_count.<c>``, ``min.<c>``, ``max.<c>``),
+typed as the table's columns. Checkpoints this does not read (V2 checkpoints with sidecars)
+raise :class:`Unsupported`: the caller reads through delta-rs instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from lakecluster.log_stats import partition_array, typed_stat
+from lakecluster.schema import ColumnSpec, arrow_type
+from lakecluster.table.log import NetChanges, commits_after
+
+BATCH_ROWS = 65_536
+
+
+class Unsupported(Exception):
+    """The log holds something this reader does not read (the caller falls back to delta-rs)."""
+
+
+@dataclass(frozen=True)
+class LiveAdds:
+    """The live files at ``version`` and the table's metadata there."""
+
+    version: int
+    actions: pa.Table  # path, size_bytes, num_records, partition.<p>, null_count.<c>, min.<c>, max.<c>
+    schema_string: str
+    partition_columns: tuple[str, ...]
+    configuration: dict[str, str]
+
+
+def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec],
+                   *, null_counts: bool = False, batch_rows: int = BATCH_ROWS) -> LiveAdds:  # fmt: skip
+    """The live files with ``stats``' min and max (and null counts), read from the log.
+
+    Raises:
+        Unsupported: a V2 checkpoint, or a checkpoint named by ``_last_checkpoint`` that is missing.
+        LogGap: a commit after the checkpoint is missing.
+    """
+    checkpoint, parts = _last_checkpoint(fs, log_dir)
+    commits = commits_after(fs, log_dir, checkpoint)
+    metadata = _metadata(fs, log_dir, checkpoint, parts, commits)
+    changes = _net_changes(commits)
+    replaced = pa.array(list({*changes.added, *changes.removed}), pa.string())
+    pieces = []
+    for batch, parsed in _checkpoint_adds(fs, log_dir, parts, stats, null_counts, batch_rows):
+        if len(replaced):
+            kept = pc.invert(pc.is_in(batch["path"], value_set=replaced))
+            batch = batch.filter(kept)
+            parsed = None if parsed is None else {k: v.filter(kept) for k, v in parsed.items()}
+        pieces.append(_flatten(batch, partition_by, stats, null_counts, parsed))
+    added = list(changes.added.values())
+    if added:
+        rows = pa.table({"path": pa.array([a["path"] for a in added], pa.string()),
+                         "size": pa.array([int(a.get("size") or 0) for a in added], pa.int64()),
+                         "partitionValues": pa.array([list((a.get("partitionValues") or {}).items()) for a in added],
+                                                     pa.map_(pa.string(), pa.string())),
+                         "stats": pa.array([a.get("stats") for a in added], pa.string())})  # fmt: skip
+        pieces.append(_flatten(rows, partition_by, stats, null_counts))
+    schema = _schema(partition_by, stats, null_counts)
+    actions = pa.concat_tables([p.cast(schema) for p in pieces]) if pieces else schema.empty_table()
+    partition_columns = tuple(metadata.get("partitionColumns") or ())
+    configuration = dict(metadata.get("configuration") or {})
+    return LiveAdds(checkpoint + len(commits), actions, metadata["schemaString"], partition_columns, configuration)
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """The table's metadata at ``version`` (from the log: no file is read)."""
+
+    version: int
+    schema_string: str
+    partition_columns: tuple[str, ...]
+    configuration: dict[str, str]
+
+
+def read_metadata(fs: Any, log_dir: str) -> Metadata:
+    """The latest metadata: the last ``metaData`` action of the commits after the checkpoint, or
+    the checkpoint's (only its ``metaData`` column is read).
+
+    Raises:
+        Unsupported, LogGap: as :func:`read_live_adds`.
+    """
+    checkpoint, parts = _last_checkpoint(fs, log_dir)
+    commits = commits_after(fs, log_dir, checkpoint)
+    meta = _metadata(fs, log_dir, checkpoint, parts, commits)
+    return Metadata(checkpoint + len(commits), meta["schemaString"], tuple(meta.get("partitionColumns") or ()),
+                    dict(meta.get("configuration") or {}))  # fmt: skip
+
+
+def _last_checkpoint(fs: Any, log_dir: str) -> tuple[int, list[str]]:
+    """(version of the last checkpoint, its file names); (-1, []) when there is none."""
+    try:
+        with fs.open_input_stream(f"{log_dir}/_last_checkpoint") as f:
+            info = json.loads(f.read())
+    except FileNotFoundError:
+        return -1, []
+    if info.get("v2Checkpoint") is not None:
+        raise Unsupported("a V2 checkpoint")
+    version = int(info["version"])
+    parts = int(info.get("parts") or 0)
+    if parts:
+        names = [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
+    else:
+        names = [f"{version:020d}.checkpoint.parquet"]
+    infos = fs.get_file_info([f"{log_dir}/{n}" for n in names])
+    if not all(i.is_file for i in infos):
+        raise Unsupported(f"checkpoint {version} is not classic Parquet ({names[0]} missing)")
+    for name in names:  # a V2 checkpoint may have a classic name: its files are in sidecars
+        pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
+        if "sidecar" in pf.schema_arrow.names:
+            sidecars = pf.read(columns=["sidecar"]).column("sidecar")
+            if sidecars.null_count < len(sidecars):
+                raise Unsupported(f"checkpoint {version} keeps its files in sidecars")
+    return version, names
+
+
+def _metadata(fs: Any, log_dir: str, checkpoint: int, parts: list[str], commits: list[list[dict]]) -> dict:
+    for actions in reversed(commits):
+        for action in actions:
+            if "metaData" in action:
+                return dict(action["metaData"])
+    for name in parts:
+        pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
+        for batch in pf.iter_batches(columns=["metaData"]):
+            meta = batch.column("metaData")
+            found = meta.filter(pc.is_valid(meta))
+            if len(found):
+                raw = found[0].as_py()
+                raw["configuration"] = dict(raw.get("configuration") or [])
+                return dict(raw)
+    raise Unsupported(f"no metaData action up to version {checkpoint + len(commits)}")
+
+
+def _net_changes(commits: list[list[dict]]) -> NetChanges:
+    """The commits' adds and removes taken together (a metaData action is allowed here: this is
+    a full read)."""
+    return NetChanges.of([[a for a in actions if "metaData" not in a] for actions in commits])
+
+
+def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[ColumnSpec], null_counts: bool,
+                     batch_rows: int) -> Iterator[tuple[pa.Table, dict[str, pa.Array] | None]]:  # fmt: skip
+    """Batches of the checkpoint's add actions (path, size, partitionValues), each with its
+    stats: typed from ``stats_parsed`` when the checkpoint has it (Delta-Spark writes it by
+    default, delta-rs with ``delta.checkpoint.writeStatsAsStruct``), reading only the requested
+    columns' fields; else None and the batch has the JSON ``stats`` column."""
+    for name in parts:
+        pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
+        add_type = pf.schema_arrow.field("add").type
+        parsed_type = _field(add_type, "stats_parsed")
+        columns = ["add.path", "add.size", "add.partitionValues"]
+        # Columns whose stats the structs lack are read from the JSON text (Delta-Spark and
+        # delta-rs keep no boolean bounds in their structs, though the text may have them).
+        from_text = list(stats) if parsed_type is None else _not_in(parsed_type, stats, null_counts)
+        if parsed_type is not None:
+            columns += _parsed_columns(parsed_type, stats, null_counts)
+        if from_text or parsed_type is None:
+            columns.append("add.stats")
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            add = batch.column("add")
+            add = add.filter(pc.is_valid(add))
+            if not len(add):
+                continue
+            rows = pa.table({k: pc.struct_field(add, k) for k in ("path", "size", "partitionValues")})
+            if parsed_type is None:
+                yield rows.append_column("stats", pc.struct_field(add, "stats")), None
+                continue
+            parsed = _from_parsed(pc.struct_field(add, "stats_parsed"), stats, null_counts)
+            if from_text:
+                texts = _parse_stats(pc.struct_field(add, "stats"), from_text, null_counts)
+                texts.pop("num_records")
+                parsed.update(texts)
+            yield rows, parsed
+
+
+def _not_in(parsed: pa.DataType, stats: Sequence[ColumnSpec], null_counts: bool) -> list[ColumnSpec]:
+    """The columns some of whose stats fields ``stats_parsed`` lacks."""
+    groups = ["minValues", "maxValues", *(["nullCount"] if null_counts else [])]
+    inner = [_field(parsed, g) for g in groups]
+    return [c for c in stats if any(t is None or _field(t, c.name) is None for t in inner)]
+
+
+def _field(struct: pa.DataType, name: str) -> pa.DataType | None:
+    if not pa.types.is_struct(struct):
+        return None
+    index = struct.get_field_index(name)
+    return struct.field(index).type if index >= 0 else None
+
+
+def _parsed_columns(parsed: pa.DataType, stats: Sequence[ColumnSpec], null_counts: bool) -> list[str]:
+    """The checkpoint columns of ``stats_parsed`` to read: numRecords and the requested columns'
+    fields that it has. A column it lacks has unknown bounds, which only ever keeps a file (delta-rs
+    leaves boolean bounds out of its structs, though its JSON text has them)."""
+    out = ["add.stats_parsed.numRecords"] if _field(parsed, "numRecords") is not None else []
+    groups = ["minValues", "maxValues", *(["nullCount"] if null_counts else [])]
+    for group in groups:
+        inner = _field(parsed, group)
+        out += [f"add.stats_parsed.{group}.{c.name}" for c in stats if inner is not None and _field(inner, c.name)]
+    return out or ["add.stats_parsed.numRecords"]
+
+
+def _from_parsed(parsed: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool) -> dict[str, pa.Array]:
+    """num_records and the columns' null_count, min and max from a batch of ``stats_parsed``."""
+    n = len(parsed)
+
+    def get(*names: str) -> pa.Array | None:
+        arr = parsed
+        for name in names:
+            if _field(arr.type, name) is None:
+                return None
+            arr = pc.struct_field(arr, name)
+        return arr
+
+    records = get("numRecords")
+    out = {"num_records": pa.nulls(n, pa.int64()) if records is None else records.cast(pa.int64())}
+    try:
+        for c in stats:
+            if null_counts:
+                nulls = get("nullCount", c.name)
+                out[f"null_count.{c.name}"] = pa.nulls(n, pa.int64()) if nulls is None else nulls.cast(pa.int64())
+            for side, group in (("min", "minValues"), ("max", "maxValues")):
+                values = get(group, c.name)
+                out[f"{side}.{c.name}"] = pa.nulls(n, arrow_type(c)) if values is None else _typed(values, c)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise Unsupported(f"stats_parsed does not hold the columns' types: {e}") from e
+    return out
+
+
+def _typed(values: pa.Array, c: ColumnSpec) -> pa.Array:
+    if c.type == "timestamp" and pa.types.is_timestamp(values.type) and values.type.tz is None:
+        values = values.cast(pa.timestamp("us")).cast(pa.timestamp("us", tz="UTC"))  # Delta: UTC micro-seconds
+    return values.cast(arrow_type(c))
+
+
+def _schema(partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec], null_counts: bool) -> pa.Schema:
+    fields = [pa.field("path", pa.string()), pa.field("size_bytes", pa.int64()), pa.field("num_records", pa.int64())]
+    fields += [pa.field(f"partition.{p.name}", arrow_type(p)) for p in partition_by]
+    for c in stats:
+        if null_counts:
+            fields.append(pa.field(f"null_count.{c.name}", pa.int64()))
+        fields += [pa.field(f"min.{c.name}", arrow_type(c)), pa.field(f"max.{c.name}", arrow_type(c))]
+    return pa.schema(fields)
+
+
+def _flatten(rows: pa.Table, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec], null_counts: bool,
+             parsed: dict[str, pa.Array] | None = None) -> pa.Table:  # fmt: skip
+    """path, size, partitionValues and the stats (JSON ``stats``, or already ``parsed``) -> the
+    flattened columns, typed."""
+    n = rows.num_rows
+    out: dict[str, pa.Array] = {"path": rows["path"].combine_chunks().cast(pa.string()),
+                                "size_bytes": rows["size"].combine_chunks().cast(pa.int64())}  # fmt: skip
+    if parsed is None:
+        parsed = _parse_stats(rows["stats"].combine_chunks(), stats, null_counts)
+    else:
+        parsed = dict(parsed)
+    out["num_records"] = parsed.pop("num_records")
+    values = rows["partitionValues"].combine_chunks()
+    for p in partition_by:
+        text = pc.map_lookup(values, pa.scalar(p.name, pa.string()), "first") if n else pa.array([], pa.string())
+        out[f"partition.{p.name}"] = partition_array(p, text.to_pylist()) if n else pa.array([], arrow_type(p))
+    out.update(parsed)
+    return pa.table(out, schema=_schema(partition_by, stats, null_counts))
+
+
+def _json_lines(texts: pa.Array) -> pa.Buffer:
+    """The stats texts as newline-delimited JSON (a missing text as an empty object): each text
+    joined with a newline by Arrow, whose data buffer then holds them back to back."""
+    texts = pc.fill_null(texts.cast(pa.large_string()), "{}")
+    texts = pc.if_else(pc.equal(texts, ""), pa.scalar("{}", pa.large_string()), texts)
+    lines = pc.binary_join_element_wise(texts, pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string()))
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    return lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+
+
+def _stats_type(c: ColumnSpec) -> pa.DataType:
+    """The JSON value's type for Arrow's reader: text for dates and timestamps (cast after)."""
+    if c.type in ("date", "timestamp"):
+        return pa.string()
+    if c.is_floating:
+        return pa.float64()
+    if c.decimal:
+        return pa.decimal128(38, c.decimal[1])
+    return arrow_type(c)
+
+
+def _parse_stats(texts: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool) -> dict[str, pa.Array]:
+    """num_records and, per column, null_count, min and max, typed as :func:`typed_stat` reads them."""
+    n = len(texts)
+    if n and stats:
+        bounds = pa.struct([(c.name, _stats_type(c)) for c in stats])
+        fields = [("numRecords", pa.int64()), ("minValues", bounds), ("maxValues", bounds)]
+        if null_counts:
+            fields.append(("nullCount", pa.struct([(c.name, pa.int64()) for c in stats])))
+        try:
+            return _fast(texts, stats, null_counts, pa.schema(fields))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass  # some value Arrow will not convert: read this batch value by value
+    return _slow(texts, stats, null_counts)
+
+
+def _fast(texts: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool, schema: pa.Schema) -> dict[str, pa.Array]:
+    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    table = pajson.read_json(pa.BufferReader(_json_lines(texts)), parse_options=options,
+                             read_options=pajson.ReadOptions(block_size=1 << 24))  # fmt: skip
+    if table.num_rows != len(texts):
+        raise pa.ArrowInvalid("a stats text holds more than one JSON value")
+    out: dict[str, pa.Array] = {"num_records": table["numRecords"].combine_chunks()}
+    for c in stats:
+        if null_counts:
+            out[f"null_count.{c.name}"] = pc.struct_field(table["nullCount"].combine_chunks(), c.name)
+        for side, key in (("min", "minValues"), ("max", "maxValues")):
+            raw = pc.struct_field(table[key].combine_chunks(), c.name)
+            if c.type == "timestamp":
+                raw = raw.cast(pa.timestamp("us", tz="UTC"))
+            elif c.decimal:
+                raw = raw.cast(pa.decimal128(c.decimal[0], c.decimal[1]))
+            out[f"{side}.{c.name}"] = raw.cast(arrow_type(c))
+    return out
+
+
+def _slow(texts: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool) -> dict[str, pa.Array]:
+    parsed = [json.loads(t or "{}", parse_float=Decimal) for t in texts.to_pylist()]
+    out: dict[str, pa.Array] = {"num_records": pa.array([p.get("numRecords") for p in parsed], pa.int64())}
+    for c in stats:
+        if null_counts:
+            nulls = [p.get("nullCount", {}).get(c.name) for p in parsed]
+            out[f"null_count.{c.name}"] = pa.array([v if isinstance(v, int) else None for v in nulls], pa.int64())
+        for side, upper in (("min", False), ("max", True)):
+            values = [typed_stat(c, p.get(f"{side}Values", {}).get(c.name), upper) for p in parsed]
+            out[f"{side}.{c.name}"] = pa.array(values, arrow_type(c))
+    return out

@@ -1,0 +1,155 @@
+"""The live files read from the log directly (checkpoint column-pruned, then the JSON commits)
+equal delta-rs's snapshot, and the vectorised reading of the stats equals the value-by-value one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from lakecluster.table import snapshot
+from lakecluster.table.snapshot import Unsupported, read_live_adds
+from tests.index.tables import COLUMNS, append, batch, checkpoint_and_clean_up, rewrite_partition
+
+PARTITIONS = [c for c in COLUMNS if c.name == "year"]
+STATS = [c for c in COLUMNS if c.name != "year"]
+
+
+def read(table: Path, **kwargs: object) -> snapshot.LiveAdds:
+    return read_live_adds(pafs_local(), str(table / "_delta_log"), PARTITIONS, STATS, **kwargs)  # type: ignore[arg-type]
+
+
+def pafs_local():  # type: ignore[no-untyped-def]
+    from pyarrow import fs
+
+    return fs.LocalFileSystem()
+
+
+def by_path(t: pa.Table) -> pa.Table:
+    return t.sort_by("path")
+
+
+def delta_rs(table: Path) -> pa.Table:
+    """delta-rs's flattened add actions, cast to the reader's schema (the reference)."""
+    actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
+    theirs = read(table).actions.schema
+    return by_path(pa.table({f.name: actions[f.name].cast(f.type) for f in theirs}, schema=theirs))
+
+
+@pytest.fixture(params=[False, True], ids=["stats-json", "stats-struct"])
+def table(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """A partitioned table of every column type: commits, a checkpoint with older commits cleaned
+    up (its stats as JSON text only, or also as ``stats_parsed`` structs as Delta-Spark writes
+    them), then appends and a rewrite after it (files of the checkpoint removed)."""
+    path = tmp_path / "t"
+    for i in range(4):
+        append(path, batch(i * 100, 100, seed=i), i)
+    if request.param:
+        DeltaTable(str(path)).alter.set_table_properties({"delta.checkpoint.writeStatsAsStruct": "true"})
+    checkpoint_and_clean_up(path)
+    append(path, batch(400, 100, seed=9), 4)
+    rewrite_partition(path, 1993)
+    return path
+
+
+def test_the_live_files_equal_delta_rs_s_snapshot(table: Path) -> None:
+    live = read(table, null_counts=True)
+    assert live.version == DeltaTable(str(table)).version()
+    assert live.partition_columns == ("year",)
+    reference = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
+    ours = by_path(live.actions)
+    assert ours.num_rows == reference.num_rows
+    assert ours["path"].to_pylist() == sorted(reference["path"].to_pylist())
+    expected = delta_rs(table)
+    for name in expected.column_names:
+        mine, theirs = ours[name], expected[name]
+        if name.startswith(("min.at", "max.at")):  # delta-rs reads millisecond stats as they are; so do we
+            mine, theirs = mine.cast(pa.int64()), theirs.cast(pa.int64())
+        if name.endswith(".flag"):
+            # delta-rs 1.6 drops boolean bounds it reads from stats_parsed: where it has one, it agrees
+            # delta-rs 1.6 drops boolean bounds when it reads stats_parsed (and writes none there):
+            # each side either knows the bound or leaves it unknown, and they never disagree
+            pairs = zip(mine.to_pylist(), theirs.to_pylist(), strict=True)
+            assert all(a is None or b is None or a == b for a, b in pairs), name
+            continue
+        assert mine.equals(theirs), name
+
+
+def test_stats_structs_read_as_the_stats_json_does(table: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    structs = by_path(read(table, null_counts=True).actions)
+    original = snapshot._field
+
+    def without_structs(struct: pa.DataType, name: str) -> pa.DataType | None:
+        return None if name == "stats_parsed" else original(struct, name)
+
+    monkeypatch.setattr(snapshot, "_field", without_structs)
+    json_only = by_path(read(table, null_counts=True).actions)
+    # the structs lack the boolean bounds (delta-rs and Delta-Spark keep none there): read from the text
+    assert structs.equals(json_only)
+    assert structs["min.flag"].null_count == 0
+
+
+def test_the_vectorised_stats_equal_the_value_by_value_reading(table: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    vectorised = snapshot._fast
+    batches = []
+
+    def counted(*args: object) -> dict:
+        out = vectorised(*args)  # type: ignore[arg-type]
+        batches.append(len(out["num_records"]))
+        return out
+
+    structs = []
+    from_parsed = snapshot._from_parsed
+
+    def counted_structs(parsed: pa.Array, *args: object) -> dict:
+        structs.append(len(parsed))
+        return from_parsed(parsed, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "_fast", counted)
+    monkeypatch.setattr(snapshot, "_from_parsed", counted_structs)
+    fast = by_path(read(table, null_counts=True).actions)
+    # every file's stats were read vectorised: from the checkpoint's structs when it has them
+    struct_checkpoint = "stats_parsed" in str(pq.read_schema(next((table / "_delta_log").glob("*.checkpoint.parquet"))))
+    assert bool(structs) == struct_checkpoint
+    assert sum(batches) + sum(structs) >= fast.num_rows and sum(batches) > 0
+
+    def refuse(*args: object) -> dict:
+        raise pa.ArrowInvalid("read value by value")
+
+    monkeypatch.setattr(snapshot, "_fast", refuse)
+    slow = by_path(read(table, null_counts=True).actions)
+    assert fast.equals(slow)
+
+
+def test_a_batch_arrow_cannot_parse_is_read_value_by_value(tmp_path: Path) -> None:
+    """Bounds written as text where a number is expected, NaN, a number off an integer: those
+    bounds are unknown (null), the rest of the batch is read as usual."""
+    stats = [
+        {"numRecords": 3, "minValues": {"id": 1, "x": 0.5, "city": "A"}, "maxValues": {"id": 9, "x": 2.5, "city": "Z"}},
+        {"numRecords": 2, "minValues": {"id": "7", "x": "NaN", "city": 5}, "maxValues": {"id": 7.5, "x": 1}},
+        {"numRecords": 1},
+    ]
+    texts = pa.array([json.dumps(s) for s in stats], pa.string())
+    cols = [c for c in STATS if c.name in ("id", "x", "city")]
+    parsed = snapshot._parse_stats(texts, cols, False)
+    assert parsed["num_records"].to_pylist() == [3, 2, 1]
+    assert parsed["min.id"].to_pylist() == [1, 7, None]  # "7" reads as 7, as typed_stat reads it
+    assert parsed["max.id"].to_pylist() == [9, None, None]  # 7.5 is no long: unknown
+    assert parsed["min.city"].to_pylist() == ["A", None, None]
+    assert pc.is_nan(parsed["min.x"]).to_pylist()[1] and parsed["max.x"].to_pylist() == [2.5, 1.0, None]
+
+
+def test_a_checkpoint_with_sidecars_is_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    append(path, batch(0, 50, seed=1), 0)
+    checkpoint_and_clean_up(path)
+    log = path / "_delta_log"
+    info = json.loads((log / "_last_checkpoint").read_text())
+    (log / "_last_checkpoint").write_text(json.dumps({**info, "v2Checkpoint": {"path": "x", "sizeInBytes": 1}}))
+    with pytest.raises(Unsupported, match="V2"):
+        read(path)
