@@ -100,7 +100,10 @@ def build_table(root: Path, files: int, rng: np.random.Generator) -> None:
     from lakecluster.schema import arrow_schema
     from lakecluster.stream.ssb import SSB_COLUMNS
 
-    write_deltalake(str(root), arrow_schema(SSB_COLUMNS).empty_table())
+    # Checkpoints with each file's stats also as typed structs (``stats_parsed``), as Delta-Spark
+    # (the stream's writer) writes them by default.
+    write_deltalake(str(root), arrow_schema(SSB_COLUMNS).empty_table(),
+                    configuration={"delta.checkpoint.writeStatsAsStruct": "true"})  # fmt: skip
     # Younger runs, as the tiered policy leaves them (fewer than merge_fanout per generation),
     # then settled runs of generation 6 for the rest.
     young = [run_paths(g, n) for g in range(1, 6) for n in (8, 30)][: max(1, files // 2000)]
@@ -136,8 +139,8 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(files: int, new_files: int, rounds: int, seed: int) -> dict:
-    """One size, in this process: build, open, rounds, prunes."""
+def measure(root: Path, files: int, new_files: int, rounds: int, seed: int) -> dict:
+    """One size, in this process, on the table at ``root``: open, rounds, prunes."""
     from lakecluster.compaction.loop import Compactor
     from lakecluster.config import load_config
     from lakecluster.index.prune import prune
@@ -146,66 +149,62 @@ def measure(files: int, new_files: int, rounds: int, seed: int) -> dict:
     from lakecluster.stream.ssb import CITIES
     from lakecluster.table import LakeTable
 
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed + 1)  # the build used ``seed``
     out: dict = {"files": files}
-    with tempfile.TemporaryDirectory(prefix="lc-scale-") as tmp:
-        root = Path(tmp) / "table"
-        started = time.perf_counter()
-        build_table(root, files, rng)
-        out["build_s"] = time.perf_counter() - started
-        out["log_mb"] = sum(p.stat().st_size for p in (root / "_delta_log").iterdir()) / 1e6
-        config = load_config(overrides={"table.path": str(root)}, environ={})
-        started = time.perf_counter()
-        compactor = Compactor(config)
-        compactor.plan()
-        out["open_s"] = time.perf_counter() - started
-        spec = IndexSpec.of(LakeTable(config))
-        started = time.perf_counter()
-        sync(spec)
-        out["index_build_s"] = time.perf_counter() - started
-        started = time.perf_counter()  # nothing of the index read yet in this process
-        prune(spec, f"s_city = '{CITIES[rng.integers(len(CITIES))]}'", sync_first=False)
-        out["prune_cold_s"] = time.perf_counter() - started
-        version = compactor.live.version
-        plan_s, sync_s, prune_sync_s, observe_s = [], [], [], []
-        for _ in range(rounds):
-            batch = max(1, new_files // 10)
-            for start in range(0, new_files, batch):
-                version += 1
-                commit(root, version, add_lines(run_paths(0, min(batch, new_files - start)), rng, 4 << 20, 4000))
-            t0 = time.perf_counter()
-            the_plan = compactor.plan()
-            plan_s.append(time.perf_counter() - t0)
-            assert the_plan.table_version == version, (the_plan.table_version, version)
-            assert the_plan.groups, "the new files make a group"
-            t0 = time.perf_counter()
-            result = sync(spec)
-            sync_s.append(time.perf_counter() - t0)
-            assert result.to_version == version and result.mode == "incremental", result
-            t0 = time.perf_counter()
-            compactor.monitor.observe()
-            observe_s.append(time.perf_counter() - t0)
-            # The rewrite of the planned groups: their files removed, generation-1 files added.
+    # The table was built by another process: this one's peak memory is the driver's alone.
+    out["log_mb"] = sum(p.stat().st_size for p in (root / "_delta_log").iterdir()) / 1e6
+    config = load_config(overrides={"table.path": str(root)}, environ={})
+    started = time.perf_counter()
+    compactor = Compactor(config)
+    compactor.plan()
+    out["open_s"] = time.perf_counter() - started
+    spec = IndexSpec.of(LakeTable(config))
+    started = time.perf_counter()
+    sync(spec)
+    out["index_build_s"] = time.perf_counter() - started
+    started = time.perf_counter()  # nothing of the index read yet in this process
+    prune(spec, f"s_city = '{CITIES[rng.integers(len(CITIES))]}'", sync_first=False)
+    out["prune_cold_s"] = time.perf_counter() - started
+    version = compactor.live.version
+    plan_s, sync_s, prune_sync_s, observe_s = [], [], [], []
+    for _ in range(rounds):
+        batch = max(1, new_files // 10)
+        for start in range(0, new_files, batch):
             version += 1
-            removes = [json.dumps({"remove": {"path": f.path, "deletionTimestamp": 0, "dataChange": False}})
-                       for g in the_plan.groups for f in g.files]  # fmt: skip
-            written = sum(g.expected_files(FILE_BYTES) for g in the_plan.groups)
-            commit(root, version, removes + add_lines(run_paths(1, written), rng, FILE_BYTES, 1_000_000))
-            t0 = time.perf_counter()
-            prune(spec, f"s_city = '{CITIES[rng.integers(len(CITIES))]}'")
-            prune_sync_s.append(time.perf_counter() - t0)
-        prune_s, kept = [], []
-        for i in range(20):
-            column = ("s_city", "c_city")[i % 2]
-            t0 = time.perf_counter()
-            r = prune(spec, f"{column} = '{CITIES[rng.integers(len(CITIES))]}'", sync_first=False)
-            prune_s.append(time.perf_counter() - t0)
-            kept.append(r.files.num_rows)
-        out.update(plan_p50_s=statistics.median(plan_s), plan_max_s=max(plan_s),
-                   sync_p50_s=statistics.median(sync_s), sync_max_s=max(sync_s),
-                   observe_p50_s=statistics.median(observe_s),
-                   prune_p50_s=statistics.median(prune_s), prune_with_sync_p50_s=statistics.median(prune_sync_s),
-                   kept_mean=float(np.mean(kept)), live_files=r.files_total, peak_rss_mb=peak_rss_mb())  # fmt: skip
+            commit(root, version, add_lines(run_paths(0, min(batch, new_files - start)), rng, 4 << 20, 4000))
+        t0 = time.perf_counter()
+        the_plan = compactor.plan()
+        plan_s.append(time.perf_counter() - t0)
+        assert the_plan.table_version == version, (the_plan.table_version, version)
+        assert the_plan.groups, "the new files make a group"
+        t0 = time.perf_counter()
+        result = sync(spec)
+        sync_s.append(time.perf_counter() - t0)
+        assert result.to_version == version and result.mode == "incremental", result
+        t0 = time.perf_counter()
+        compactor.monitor.observe()
+        observe_s.append(time.perf_counter() - t0)
+        # The rewrite of the planned groups: their files removed, generation-1 files added.
+        version += 1
+        removes = [json.dumps({"remove": {"path": f.path, "deletionTimestamp": 0, "dataChange": False}})
+                   for g in the_plan.groups for f in g.files]  # fmt: skip
+        written = sum(g.expected_files(FILE_BYTES) for g in the_plan.groups)
+        commit(root, version, removes + add_lines(run_paths(1, written), rng, FILE_BYTES, 1_000_000))
+        t0 = time.perf_counter()
+        prune(spec, f"s_city = '{CITIES[rng.integers(len(CITIES))]}'")
+        prune_sync_s.append(time.perf_counter() - t0)
+    prune_s, kept = [], []
+    for i in range(20):
+        column = ("s_city", "c_city")[i % 2]
+        t0 = time.perf_counter()
+        r = prune(spec, f"{column} = '{CITIES[rng.integers(len(CITIES))]}'", sync_first=False)
+        prune_s.append(time.perf_counter() - t0)
+        kept.append(r.files.num_rows)
+    out.update(plan_p50_s=statistics.median(plan_s), plan_max_s=max(plan_s),
+               sync_p50_s=statistics.median(sync_s), sync_max_s=max(sync_s),
+               observe_p50_s=statistics.median(observe_s),
+               prune_p50_s=statistics.median(prune_s), prune_with_sync_p50_s=statistics.median(prune_sync_s),
+               kept_mean=float(np.mean(kept)), live_files=r.files_total, peak_rss_mb=peak_rss_mb())  # fmt: skip
     return out
 
 
@@ -270,19 +269,31 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--build", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--table", help=argparse.SUPPRESS)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.build:
+        build_table(Path(args.table), args.build, np.random.default_rng(args.seed))
+        return
     if args.child:
-        print(json.dumps(measure(args.child, args.new_files, args.rounds, args.seed)))
+        print(json.dumps(measure(Path(args.table), args.child, args.new_files, args.rounds, args.seed)))
         return
     results = []
     for n in args.files:
-        proc = subprocess.run([sys.executable, __file__, "--child", str(n), "--new-files", str(args.new_files),
-                               "--rounds", str(args.rounds), "--seed", str(args.seed)],
-                              capture_output=True, text=True, check=False)  # fmt: skip
-        if proc.returncode != 0:
-            sys.exit(f"{n:,} files failed:\n{proc.stderr[-4000:]}")
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        with tempfile.TemporaryDirectory(prefix="lc-scale-") as tmp:
+            table = str(Path(tmp) / "table")
+            common = ["--table", table, "--new-files", str(args.new_files), "--rounds", str(args.rounds),
+                      "--seed", str(args.seed)]  # fmt: skip
+            started = time.perf_counter()
+            for step in (["--build", str(n)], ["--child", str(n)]):
+                proc = subprocess.run([sys.executable, __file__, *step, *common], capture_output=True, text=True,
+                                      check=False)  # fmt: skip
+                if proc.returncode != 0:
+                    sys.exit(f"{n:,} files failed:\n{proc.stderr[-4000:]}")
+                if step[0] == "--build":
+                    build_s = time.perf_counter() - started
+        results.append({**json.loads(proc.stdout.strip().splitlines()[-1]), "build_s": build_s})
         print(json.dumps(results[-1]), flush=True)
     section = render(results, args)
     print(section)

@@ -281,7 +281,9 @@ class IndexStore:
         self.fs.create_dir(self.root, recursive=True)
         # The row count in the name lets merges size files without reading them.
         name = f"{kind}-{version:020d}-{uuid.uuid4().hex[:12]}-r{rows.num_rows}.parquet"
-        rows = rows.cast(ROW_SCHEMA).sort_by(KEY)
+        rows = rows.cast(ROW_SCHEMA)
+        if not _sorted_by_key(rows):
+            rows = rows.sort_by(KEY)
         with pq.ParquetWriter(
             f"{self.root}/{name}", ROW_SCHEMA, filesystem=self.fs, compression="zstd",
             use_dictionary=["column", "partition", "min", "max"],
@@ -652,6 +654,18 @@ def _superseded(current: Manifest | None, new: Manifest, based_on: Manifest | No
     if current.delta_version == new.delta_version and based_on is not None and current.files != based_on.files:
         return f"another sync already published version {current.delta_version}"
     return ""
+
+
+def _sorted_by_key(rows: pa.Table) -> bool:
+    """Whether ``rows`` are sorted by (column, fid) already (one vectorised pass)."""
+    if rows.num_rows < 2:
+        return True
+    column = rows["column"].combine_chunks()
+    if not pc.all(pc.less_equal(column[:-1], column[1:])).as_py():
+        return False
+    fid = rows["fid"].to_numpy()
+    same = pc.equal(column[:-1], column[1:]).to_numpy(zero_copy_only=False)
+    return bool(((fid[1:] >= fid[:-1]) | ~same).all())
 
 
 def _runs(column: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
