@@ -11,8 +11,8 @@ the log's stats everywhere else: the result is the same either way, unreadable b
 
 The result has the columns of delta-rs's flattened add actions that lakecluster uses (``path``,
 ``size_bytes``, ``num_records``, ``partition.<p>``, ``null_count.<c>``, ``min.<c>``, ``max.<c>``),
-typed as the table's columns. Checkpoints this does not read (V2 checkpoints with sidecars)
-raise :class:`Unsupported`: the caller reads through delta-rs instead.
+typed as the table's columns. What this does not read (V2 checkpoints with sidecars, tables with
+column mapping) raises :class:`Unsupported`: the caller reads through delta-rs instead.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], st
     checkpoint, parts = _last_checkpoint(fs, log_dir)
     commits = commits_after(fs, log_dir, checkpoint)
     metadata = _metadata(fs, log_dir, checkpoint, parts, commits)
+    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none":
+        # stats and partition values are keyed by physical column names there
+        raise Unsupported("the table uses column mapping")
     changes = _net_changes(commits)
     replaced = pa.array(list({*changes.added, *changes.removed}), pa.string())
     pieces = []

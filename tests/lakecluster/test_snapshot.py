@@ -153,3 +153,23 @@ def test_a_checkpoint_with_sidecars_is_not_read(tmp_path: Path) -> None:
     (log / "_last_checkpoint").write_text(json.dumps({**info, "v2Checkpoint": {"path": "x", "sizeInBytes": 1}}))
     with pytest.raises(Unsupported, match="V2"):
         read(path)
+
+
+def test_a_table_with_column_mapping_is_left_to_delta_rs(tmp_path: Path) -> None:
+    """Its stats and partition values are keyed by physical names: read by logical names they
+    would all be unknown, so the reader refuses and the live files come from delta-rs."""
+    from deltalake import write_deltalake
+
+    from lakecluster.config import StorageConfig
+    from lakecluster.schema import ColumnSpec
+    from lakecluster.table.live_files import LiveFiles
+    from lakecluster.table.location import DeltaLocation
+
+    path = tmp_path / "t"
+    mapped = {"delta.columnMapping.mode": "name"}
+    write_deltalake(str(path), pa.table({"a": [1, 5], "b": ["x", "y"]}), configuration=mapped)
+    with pytest.raises(Unsupported, match="column mapping"):
+        read_live_adds(pafs_local(), str(path / "_delta_log"), [], [ColumnSpec("a", "long")])
+    live = LiveFiles(DeltaLocation(str(path), StorageConfig()), [], [ColumnSpec("a", "long")])
+    version, files = live.snapshot()
+    assert version == 0 and files["rows"].to_pylist() == [2]
