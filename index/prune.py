@@ -330,16 +330,21 @@ def _prune(spec: IndexSpec, where: str) -> PruneResult:
     indexed = manifest.indexed_columns()
     indexed_names = {c.name for c in indexed}
     wanted = [c for c in P.columns_of(expr) if c in indexed_names]
-    live = store.read_live(manifest=manifest)  # fid, file, partition, size_bytes, value_count
+    # The live files' numbers and counts; paths and partitions only for the files kept.
+    live = store.read_live(["size_bytes", "value_count"], manifest=manifest)
     files = live.rows
     reads = {name: store.read_entries(name, manifest=manifest) for name in wanted}
     mask, masks = evaluate(expr, indexed, {name: r.rows for name, r in reads.items()}, files)
     sizes = files["size_bytes"].to_numpy(zero_copy_only=False) if files.num_rows else np.zeros(0)
-    kept = files.filter(pa.array(mask)).select(["file", "partition", "size_bytes", "value_count"])
+    kept = files.filter(pa.array(mask))
+    named = store.files_of(kept["fid"].to_numpy(), manifest=manifest)
+    kept = pa.table({"file": named.rows["file"], "partition": named.rows["partition"],
+                     "size_bytes": kept["size_bytes"], "value_count": kept["value_count"]})  # fmt: skip
     result = PruneResult(
         where, manifest.delta_version, kept, files.num_rows, int(sizes.sum()),
         int(pc.sum(files["value_count"]).as_py() or 0),
-        index_bytes_read=live.bytes_read + sum(r.bytes_read for r in reads.values()), columns_read=wanted,
+        index_bytes_read=live.bytes_read + named.bytes_read + sum(r.bytes_read for r in reads.values()),
+        columns_read=wanted,
     )  # fmt: skip
     for conjunct, m in zip(P.conjuncts(expr), masks, strict=True):
         text = where[conjunct.span[0] : conjunct.span[1]]

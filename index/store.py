@@ -380,6 +380,39 @@ class IndexStore:
         """:meth:`read_files`, with the bytes and row groups read."""
         return self._retrying(lambda m: ColumnRead(*self._live_files(m, fields)), manifest)
 
+    def files_of(self, fids: np.ndarray, *, manifest: Manifest | None = None) -> ColumnRead:
+        """``file`` and ``partition`` of the live files numbered ``fids``, in that order:
+        looked up in each data file's file rows (sorted by number), newest first, without merging
+        the paths of every file."""
+        return self._retrying(lambda m: self._files_of(m, fids), manifest)
+
+    def _files_of(self, manifest: Manifest, fids: np.ndarray) -> ColumnRead:
+        n = len(fids)
+        where = np.full(n, -1, dtype=np.int64)  # which data file (newest first) has the file's row
+        at = np.zeros(n, dtype=np.int64)
+        parts, nbytes, groups = [], 0, 0
+        for k, name in enumerate(reversed(manifest.files)):
+            part, b, g = self._part(name, FILE_ROWS, ["file", "partition"])
+            parts.append(part)
+            nbytes, groups = nbytes + b, groups + g
+            pending = np.flatnonzero(where < 0)
+            if not len(pending):
+                break
+            pfid = part["fid"].to_numpy()
+            if not len(pfid):
+                continue
+            pos = np.minimum(np.searchsorted(pfid, fids[pending]), len(pfid) - 1)
+            found = pfid[pos] == fids[pending]
+            where[pending[found]], at[pending[found]] = k, pos[found]
+        if (where < 0).any():
+            raise StatsIndexError(f"the index under {self.path} has no file row for a live file (rebuild it)")
+        if not n:
+            return ColumnRead(pa.table({"file": pa.array([], pa.string()), "partition": pa.array([], pa.string())}),
+                              nbytes, groups)  # fmt: skip
+        pieces = [parts[k].take(pa.array(at[where == k])).select(["file", "partition"]) for k in range(len(parts))]
+        order = np.argsort(np.concatenate([np.flatnonzero(where == k) for k in range(len(parts))]), kind="stable")
+        return ColumnRead(pa.concat_tables(pieces).take(pa.array(order)), nbytes, groups)
+
     def _live_files(self, manifest: Manifest, fields: Sequence[str]) -> tuple[pa.Table, int, int]:
         rows, nbytes, groups = self._newest(manifest, FILE_ROWS, ["deleted", *fields])
         if rows.num_rows and pc.any(rows["deleted"]).as_py():
