@@ -20,7 +20,7 @@ files per commit). Both are normalised the conservative way before encoding:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -99,29 +99,39 @@ def file_rows(files: pa.Table, fids: np.ndarray, *, deleted: bool = False) -> pa
     }, schema=ROW_SCHEMA)  # fmt: skip
 
 
-def index_rows(columns: Sequence[ColumnSpec], partition_by: Sequence[str], files: pa.Table,
-               stats: Mapping[str, tuple[pa.Array, pa.Array, pa.Array, pa.Array]], seed: int) -> pa.Table:  # fmt: skip
-    """A file row per file and an entry per (column, file): ``files`` has file, partition,
-    size_bytes, value_count; ``stats[name]`` is (null counts, NaN counts, minima, maxima) aligned
-    with ``files``; files are numbered under ``seed`` (``file_ids``)."""
+Stats = Mapping[str, tuple[pa.Array, pa.Array, pa.Array, pa.Array]]  # column -> null counts, NaN counts, min, max
+
+
+def index_rows(columns: Sequence[ColumnSpec], files: pa.Table, stats: Stats, seed: int) -> pa.Table:
+    """A file row per file and an entry per (column, file), sorted by the key: ``files`` has file,
+    partition, size_bytes, value_count; ``stats[name]`` is (null counts, NaN counts, minima,
+    maxima) aligned with ``files``; files are numbered under ``seed`` (``file_ids``)."""
+    return pa.concat_tables(list(index_parts(columns, files, stats, seed)))
+
+
+def index_parts(columns: Sequence[ColumnSpec], files: pa.Table, stats: Stats, seed: int) -> Iterator[pa.Table]:
+    """:func:`index_rows` a column at a time, in the key's order (the file rows, then the columns
+    by name), each part sorted by file number: a writer can take them one by one, never holding
+    every row."""
     n = files.num_rows
     fids = file_ids(files["file"], seed)
-    # Sorted by the key by construction: every part in the order of the file numbers, the parts
-    # in the order of the column names (the file rows' "" first); no sort of all the rows.
     order = pa.array(np.argsort(fids, kind="stable"))
     fids = fids[order.to_numpy()]
-    pieces = {FILE_ROWS: file_rows(files.take(order), fids)}
+    by_name = {c.name: c for c in columns}
     null_str, null_int = pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
-    for col in columns:
-        nulls, nans, lo, hi = (a.take(order) for a in stats[col.name])
+    for name in sorted([FILE_ROWS, *by_name]):
+        if name == FILE_ROWS:
+            yield file_rows(files.take(order), fids)
+            continue
+        col = by_name[name]
+        nulls, nans, lo, hi = (a.take(order) for a in stats[name])
         enc_lo, enc_hi = _normalise(col, lo, hi)
-        pieces[col.name] = pa.table({
-            "column": pa.array([col.name] * n, pa.string()), "fid": pa.array(fids, pa.int64()),
+        yield pa.table({
+            "column": pa.array([name] * n, pa.string()), "fid": pa.array(fids, pa.int64()),
             "deleted": pa.nulls(n, pa.bool_()), "file": null_str, "partition": null_str, "size_bytes": null_int,
             "value_count": null_int, "null_count": nulls.cast(pa.int64()), "nan_count": nans.cast(pa.int64()),
             "min": enc_lo, "max": enc_hi,
         }, schema=ROW_SCHEMA)  # fmt: skip
-    return pa.concat_tables([pieces[name] for name in sorted(pieces)])
 
 
 def tombstones(removed: Sequence[tuple[str, str]], seed: int) -> pa.Table:
@@ -148,10 +158,17 @@ def _partition_stats(col: ColumnSpec, values: pa.Array, counts: pa.Array) -> tup
 
 def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str], seed: int,
                      nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
-    """Index rows of every live file, from ``DeltaTable.get_add_actions(flatten=True)``."""
-    n = actions.num_rows
-    if n == 0:
+    """Index rows of every live file, from ``DeltaTable.get_add_actions(flatten=True)`` (or the
+    same columns read by ``lakecluster.table.snapshot``)."""
+    if actions.num_rows == 0:
         return empty_rows()
+    return pa.concat_tables(list(add_action_parts(actions, columns, partition_by, seed, nan_counts)))
+
+
+def add_action_parts(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str], seed: int,
+                     nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> Iterator[pa.Table]:  # fmt: skip
+    """:func:`from_add_actions` as :func:`index_parts`: a column at a time, in the key's order."""
+    n = actions.num_rows
 
     def col_or_nulls(name: str, tp: pa.DataType) -> pa.Array:
         if name in actions.column_names:
@@ -173,7 +190,7 @@ def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition
         nans = _nan_array(col, paths, nan_counts)
         stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
                            col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
-    return index_rows(columns, partition_by, files, stats, seed)
+    return index_parts(columns, files, stats, seed)
 
 
 def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mapping[str, int]] | None) -> pa.Array:
@@ -213,7 +230,7 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
         lo = pa.array([typed_stat(col, p.get("minValues", {}).get(col.name), False) for p in parsed], carrier)
         hi = pa.array([typed_stat(col, p.get("maxValues", {}).get(col.name), True) for p in parsed], carrier)
         stats[col.name] = (nulls, _nan_array(col, paths, nan_counts), lo.cast(tp), hi.cast(tp))
-    return index_rows(columns, partition_by, files, stats, seed)
+    return index_rows(columns, files, stats, seed)
 
 
 def scan_nan_counts(fs: pafs.FileSystem, root: str, paths: Sequence[str],

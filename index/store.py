@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
@@ -275,22 +275,39 @@ class IndexStore:
 
     # -- data files ---------------------------------------------------------------------------
 
-    def write(self, rows: pa.Table, kind: str, version: int) -> str:
+    def write(self, rows: pa.Table | Sequence[pa.Table] | Iterator[pa.Table], kind: str, version: int, *,
+              num_rows: int | None = None) -> str:  # fmt: skip
         """Write ``rows`` (file rows, entries, tombstones) sorted by the key as one file; returns
-        its name (relative to the index path)."""
+        its name (relative to the index path). ``rows`` may come as parts already in the key's
+        order (``stats.index_parts``, ``num_rows`` in all), written one by one."""
         self.fs.create_dir(self.root, recursive=True)
+        if isinstance(rows, pa.Table):
+            rows = rows.cast(ROW_SCHEMA)
+            num_rows, parts = rows.num_rows, iter([rows if _sorted_by_key(rows) else rows.sort_by(KEY)])
+        else:
+            if num_rows is None:
+                raise ValueError("parts need num_rows")
+            parts = iter(rows)
         # The row count in the name lets merges size files without reading them.
-        name = f"{kind}-{version:020d}-{uuid.uuid4().hex[:12]}-r{rows.num_rows}.parquet"
-        rows = rows.cast(ROW_SCHEMA)
-        if not _sorted_by_key(rows):
-            rows = rows.sort_by(KEY)
+        name = f"{kind}-{version:020d}-{uuid.uuid4().hex[:12]}-r{num_rows}.parquet"
+        written, last = 0, None
         with pq.ParquetWriter(
             f"{self.root}/{name}", ROW_SCHEMA, filesystem=self.fs, compression="zstd",
             use_dictionary=["column", "partition", "min", "max"],
             write_statistics=["column"],  # the key readers filter row groups on; more stats bloat the footer
         ) as writer:  # fmt: skip
-            for start, end in _runs(rows["column"]):
-                writer.write_table(rows.slice(start, end - start), row_group_size=self.row_group_rows)
+            for part in parts:
+                part = part.cast(ROW_SCHEMA)
+                behind = last is not None and part.num_rows and part["column"][0].as_py() < last
+                if behind or not _sorted_by_key(part):
+                    raise ValueError("index parts out of the key's order")
+                for start, end in _runs(part["column"]):
+                    writer.write_table(part.slice(start, end - start), row_group_size=self.row_group_rows)
+                if part.num_rows:
+                    last = part["column"][-1].as_py()
+                written += part.num_rows
+        if written != num_rows:
+            raise ValueError(f"{written} index rows written, {num_rows} announced")
         return name
 
     def entries(self, manifest: Manifest) -> int:
@@ -484,10 +501,12 @@ class IndexStore:
 
     # -- writing new states -----------------------------------------------------------------------
 
-    def replace(self, rows: pa.Table, manifest: Manifest, *, based_on: Manifest | None = None) -> Publication:
-        """Publish a new base holding ``rows``, no segments (``based_on``: what ``rows`` were read from)."""
+    def replace(self, rows: pa.Table | Iterator[pa.Table], manifest: Manifest, *, based_on: Manifest | None = None,
+                num_rows: int | None = None) -> Publication:  # fmt: skip
+        """Publish a new base holding ``rows`` (or parts, as :meth:`write` takes them), no segments
+        (``based_on``: what ``rows`` were read from)."""
         started = time.monotonic()  # the base is the only file a rebuild needs kept
-        base = self.write(rows, "base", manifest.delta_version)
+        base = self.write(rows, "base", manifest.delta_version, num_rows=num_rows)
         new = Manifest(**{**asdict(manifest), "base": base, "segments": []})
         return self.publish(new, based_on=based_on, started=started)
 

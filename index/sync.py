@@ -28,7 +28,7 @@ from lakecluster.index.file_ids import distinct, file_ids
 from lakecluster.index.spec import IndexSpec, schema_string_columns, table_columns
 from lakecluster.index.stats import (
     FILE_ROWS,
-    from_add_actions,
+    add_action_parts,
     from_log_actions,
     partition_keys,
     scan_nan_counts,
@@ -103,10 +103,11 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested", *, seed: i
     nans = None
     if spec.nan_counts == "scan":
         nans = scan_nan_counts(spec.table.delta.fs, spec.table.delta.root, actions["path"].to_pylist(), indexed)
-    rows = from_add_actions(actions, indexed, partition_by, seed, nans)
+    parts = add_action_parts(actions, indexed, partition_by, seed, nans) if actions.num_rows else iter(())
     manifest = Manifest(version, [{"name": c.name, "type": c.type} for c in columns],
                         [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed)  # fmt: skip
-    published = store_for(spec).replace(rows, manifest)
+    rows = actions.num_rows * (1 + len(indexed))  # a file row and an entry per indexed column, per file
+    published = store_for(spec).replace(parts, manifest, num_rows=rows)
     if not published.published:
         reason = f"{reason}; not published: {published.reason}"
     log.info("index of %s rebuilt at version %d (%s): %d files", spec.table_uri, version, reason,

@@ -91,7 +91,7 @@ def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], st
 
 @dataclass(frozen=True)
 class Metadata:
-    """The table's metadata at ``version`` (from the log: no file is read)."""
+    """The table's metadata at ``version`` (from the log: no data file is read)."""
 
     version: int
     schema_string: str
