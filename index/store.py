@@ -175,8 +175,12 @@ class IndexStore:
         is gone.
         """
         listing = self._list()  # before the manifest is read again: see gc()
+        foreign: list[str] = []
         try:
             current = self._load()
+        except IndexFormatError:
+            current = None  # another format: replacing it is the point, its files are retired below
+            foreign = self._files_named_raw()
         except StatsIndexError:
             current = None  # unreadable: replacing it is the point
         reason = _superseded(current, manifest, based_on)
@@ -193,7 +197,9 @@ class IndexStore:
         if missing:
             raise IndexFilesMissing(f"index files under {self.path} are missing: {', '.join(missing)}")
         now = time.time()
-        manifest = Manifest(**{**asdict(manifest), "retired": self._retired(manifest, (based_on, current), now)})
+        retired = self._retired(manifest, (based_on, current), now)
+        retired.update({name: now for name in foreign if name not in manifest.files})
+        manifest = Manifest(**{**asdict(manifest), "retired": dict(sorted(retired.items()))})
         self._write_manifest(manifest)
         self._pinned = manifest
         try:
@@ -201,6 +207,17 @@ class IndexStore:
         except OSError:  # collecting is best effort: the next publication tries again
             log.warning("collecting unreferenced index files under %s failed", self.path, exc_info=True)
         return Publication(manifest, True)
+
+    def _files_named_raw(self) -> list[str]:
+        """The data files a manifest of another format names (its ``base`` and ``segments``, as
+        every format so far records them), so that replacing it retires them for the grace period."""
+        try:
+            with self.fs.open_input_stream(f"{self.root}/{MANIFEST}") as f:
+                raw = json.loads(f.read())
+        except (OSError, ValueError):
+            return []
+        names = [raw.get("base"), *(raw.get("segments") or [])] if isinstance(raw, dict) else []
+        return [n for n in names if isinstance(n, str)]
 
     def _retired(self, new: Manifest, sources: Sequence[Manifest | None], now: float) -> dict[str, float]:
         """``new``'s retired files: those the sources name and it does not (retired now), and the
@@ -322,6 +339,8 @@ class IndexStore:
         key = (self.path, name)
         with _FOOTERS_LOCK:
             md = _FOOTERS.get(key)
+            if md is not None:
+                _FOOTERS.move_to_end(key)
         if md is not None:
             return md, 0
         md = self._open(name).metadata
@@ -384,6 +403,8 @@ class IndexStore:
             t, b, g = self._part(name, column, fields)
             parts.append(t)
             nbytes, groups = nbytes + b, groups + g
+        if not parts:  # a manifest naming no data file: an empty index
+            return pa.schema([ROW_SCHEMA.field(c) for c in ("fid", *fields)]).empty_table(), nbytes, groups
         newest = _newest_per_fid(parts)
         _PARTS.put((*key, files), newest)
         return newest, nbytes, groups
@@ -593,7 +614,7 @@ def _newest_per_fid(parts: Sequence[pa.Table]) -> pa.Table:
     """
     parts = [p for p in parts if p.num_rows] or list(parts[:1])
     if not parts:
-        raise ValueError("no parts")
+        raise ValueError("no parts")  # callers pass at least one (see _newest)
     if len(parts) == 1:
         return _sorted_by_fid(parts[0])
     newer = pa.concat_tables([p.append_column("_seq", pa.array(np.full(p.num_rows, i, dtype=np.int32)))
@@ -624,20 +645,25 @@ def _sorted_by_fid(t: pa.Table) -> pa.Table:
 
 
 def _view(column: str, files: pa.Table, entries: pa.Table) -> pa.Table:
-    """``VIEW_SCHEMA`` rows of ``column``: live ``files`` (sorted by fid) joined with its
-    ``entries`` (newest per fid, sorted by fid) on the file number."""
+    """``VIEW_SCHEMA`` rows of ``column``: every live file of ``files`` (sorted by fid) with its
+    entry of ``entries`` (newest per fid, sorted by fid); a file without one has null stats
+    (unknown, which keeps it)."""
     ffid, efid = files["fid"].to_numpy(), entries["fid"].to_numpy()
-    pos = np.searchsorted(efid, ffid)
-    found = pos < len(efid)
-    found[found] = efid[pos[found]] == ffid[found]
-    at = pa.array(pos[found])
-    live = files.filter(pa.array(found)) if not found.all() else files
-    n = live.num_rows
+    pos = np.minimum(np.searchsorted(efid, ffid), max(len(efid) - 1, 0))
+    found = efid[pos] == ffid if len(efid) else np.zeros(len(ffid), bool)
+    at = pa.array(pos, mask=~found) if len(efid) else pa.nulls(len(ffid), pa.int64())
+    n = files.num_rows
+
+    def entry(name: str) -> pa.Array:
+        if not len(efid):
+            return pa.nulls(n, ROW_SCHEMA.field(name).type)
+        return entries[name].take(at)
+
     return pa.table({
-        "column": pa.array([column] * n, pa.string()), "partition": live["partition"], "file": live["file"],
-        "deleted": pa.array(np.zeros(n, bool)), "value_count": live["value_count"],
-        "null_count": entries["null_count"].take(at), "nan_count": entries["nan_count"].take(at),
-        "min": entries["min"].take(at), "max": entries["max"].take(at), "size_bytes": live["size_bytes"],
+        "column": pa.array([column] * n, pa.string()), "partition": files["partition"], "file": files["file"],
+        "deleted": pa.array(np.zeros(n, bool)), "value_count": files["value_count"],
+        "null_count": entry("null_count"), "nan_count": entry("nan_count"), "min": entry("min"), "max": entry("max"),
+        "size_bytes": files["size_bytes"],
     }, schema=VIEW_SCHEMA)  # fmt: skip
 
 

@@ -144,8 +144,12 @@ def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], 
 
 def distinct_seed(paths: pa.ChunkedArray | pa.Array, first: int) -> int:
     """The first seed from ``first`` under which no two of ``paths`` share a number."""
+    if pc.count_distinct(paths).as_py() != len(paths):
+        raise StatsIndexError("the table's snapshot names a file twice; the index cannot be built")
     seed = first
     while not distinct(file_ids(paths, seed)):
+        if seed >= first + 64:  # about 2^-64 per try for distinct paths: never, unless the hash is broken
+            raise StatsIndexError(f"no seed from {first} to {seed} numbers the table's files apart")
         log.info("two files share a number under seed %d; numbering with seed %d", seed, seed + 1)
         seed += 1
     return seed
@@ -234,6 +238,8 @@ def _number_clash(store: IndexStore, manifest: Manifest, adds: pa.Table) -> str:
     them, or one of them and a live file of another path, share a number."""
     added = adds.filter(pc.equal(adds["column"], FILE_ROWS))
     fids = added["fid"].to_numpy()
+    if not len(fids):
+        return ""
     if not distinct(fids):
         return "two added files share a file number"
     live = store.read_files([], manifest=manifest)["fid"].to_numpy()  # sorted

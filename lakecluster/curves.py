@@ -84,7 +84,7 @@ def _interleave(cs: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
                 bit <<= np.uint64(63 - position)
                 acc |= bit
             words[start:stop, w] = acc
-    return words.view(np.uint8).reshape(n, -1)[:, :width]
+    return words.view(np.uint8).reshape(n, words.shape[1] * 8)[:, :width]
 
 
 def hilbert_transpose(coords: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:

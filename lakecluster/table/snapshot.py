@@ -59,6 +59,14 @@ def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], st
         Unsupported: a V2 checkpoint, or a checkpoint named by ``_last_checkpoint`` that is missing.
         LogGap: a commit after the checkpoint is missing.
     """
+    try:
+        return _read_live_adds(fs, log_dir, partition_by, stats, null_counts, batch_rows)
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
+        raise Unsupported(f"the log could not be read this way: {e}") from e
+
+
+def _read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec],
+                    null_counts: bool, batch_rows: int) -> LiveAdds:  # fmt: skip
     checkpoint, parts = _last_checkpoint(fs, log_dir)
     commits = commits_after(fs, log_dir, checkpoint)
     metadata = _metadata(fs, log_dir, checkpoint, parts, commits)
@@ -106,9 +114,12 @@ def read_metadata(fs: Any, log_dir: str) -> Metadata:
     Raises:
         Unsupported, LogGap: as :func:`read_live_adds`.
     """
-    checkpoint, parts = _last_checkpoint(fs, log_dir)
-    commits = commits_after(fs, log_dir, checkpoint)
-    meta = _metadata(fs, log_dir, checkpoint, parts, commits)
+    try:
+        checkpoint, parts = _last_checkpoint(fs, log_dir)
+        commits = commits_after(fs, log_dir, checkpoint)
+        meta = _metadata(fs, log_dir, checkpoint, parts, commits)
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
+        raise Unsupported(f"the log could not be read this way: {e}") from e
     return Metadata(checkpoint + len(commits), meta["schemaString"], tuple(meta.get("partitionColumns") or ()),
                     dict(meta.get("configuration") or {}))  # fmt: skip
 
@@ -179,6 +190,9 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[Co
         from_text = list(stats) if parsed_type is None else _not_in(parsed_type, stats, null_counts)
         if parsed_type is not None:
             columns += _parsed_columns(parsed_type, stats, null_counts)
+        has_text = _field(add_type, "stats") is not None
+        if (from_text or parsed_type is None) and not has_text:
+            raise Unsupported(f"checkpoint {name} has no stats text for {', '.join(c.name for c in from_text)}")
         if from_text or parsed_type is None:
             columns.append("add.stats")
         for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
@@ -289,12 +303,24 @@ def _flatten(rows: pa.Table, partition_by: Sequence[ColumnSpec], stats: Sequence
 
 def _json_lines(texts: pa.Array) -> pa.Buffer:
     """The stats texts as newline-delimited JSON (a missing text as an empty object): each text
-    joined with a newline by Arrow, whose data buffer then holds them back to back."""
+    joined with a newline by Arrow, whose data buffer then holds them back to back.
+
+    Raises ``ArrowInvalid`` unless every text is one compact JSON object on one line (``{`` first,
+    ``}`` last, no newline), as Delta writers write them: anything else is read value by value
+    (Arrow's JSON reader must never see a top-level ``null``: it crashes the process).
+    """
     texts = pc.fill_null(texts.cast(pa.large_string()), "{}")
     texts = pc.if_else(pc.equal(texts, ""), pa.scalar("{}", pa.large_string()), texts)
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
+    data = np.frombuffer(texts.buffers()[2], dtype=np.uint8) if len(texts) else np.zeros(0, np.uint8)
+    body = data[offsets[0] : offsets[-1]]
+    if len(texts) and (
+        (data[offsets[:-1]] != ord("{")).any() or (data[offsets[1:] - 1] != ord("}")).any() or (body == 10).any()
+    ):
+        raise pa.ArrowInvalid("a stats text is not one JSON object on one line")
     lines = pc.binary_join_element_wise(texts, pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string()))
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
-    return lines.buffers()[2][int(offsets[0]) : int(offsets[-1])]
+    line_offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    return lines.buffers()[2][int(line_offsets[0]) : int(line_offsets[-1])]
 
 
 def _stats_type(c: ColumnSpec) -> pa.DataType:
@@ -336,15 +362,33 @@ def _fast(texts: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool, schem
         for side, key in (("min", "minValues"), ("max", "maxValues")):
             raw = pc.struct_field(table[key].combine_chunks(), c.name)
             if c.type == "timestamp":
-                raw = raw.cast(pa.timestamp("us", tz="UTC"))
+                raw = _utc_timestamps(raw)
             elif c.decimal:
                 raw = raw.cast(pa.decimal128(c.decimal[0], c.decimal[1]))
             out[f"{side}.{c.name}"] = raw.cast(arrow_type(c))
     return out
 
 
+def _stats_object(text: str | None) -> dict:
+    """One file's stats text as a dict; text that is not a JSON object reads as no stats."""
+    try:
+        value = json.loads(text or "{}", parse_float=Decimal)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _utc_timestamps(text: pa.Array) -> pa.Array:
+    """ISO timestamps as UTC micro-seconds: with a zone offset (``Z``, ``+01:00``) as written,
+    without one as UTC (``timestamp_ntz`` columns, as :func:`typed_stat` reads them)."""
+    try:
+        return text.cast(pa.timestamp("us", tz="UTC"))
+    except pa.ArrowInvalid:
+        return pc.assume_timezone(text.cast(pa.timestamp("us")), "UTC")
+
+
 def _slow(texts: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool) -> dict[str, pa.Array]:
-    parsed = [json.loads(t or "{}", parse_float=Decimal) for t in texts.to_pylist()]
+    parsed = [_stats_object(t) for t in texts.to_pylist()]
     out: dict[str, pa.Array] = {"num_records": pa.array([p.get("numRecords") for p in parsed], pa.int64())}
     for c in stats:
         if null_counts:

@@ -115,3 +115,12 @@ def test_a_sync_adding_a_file_whose_number_a_live_file_has_rebuilds_and_stays_so
     for wanted in (5, 45, 79):
         r = prune(spec, f"id = {wanted}", sync_first=False)
         assert holds_id(table, r.paths, wanted) and len(r.paths) < r.files_total
+
+
+def test_a_snapshot_naming_a_file_twice_is_refused_not_renumbered_forever() -> None:
+    from lakecluster.errors import StatsIndexError
+    from lakecluster.index.sync import distinct_seed
+
+    with pytest.raises(StatsIndexError, match="twice"):
+        distinct_seed(pa.array(["a.parquet", "b.parquet", "a.parquet"]), 0)
+    assert distinct_seed(pa.array(delta_paths(100)), 3) == 3

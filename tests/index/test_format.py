@@ -68,6 +68,10 @@ def test_a_sync_rebuilds_an_old_format_and_answers_soundly(old_index: tuple[Path
     old_files = {p.name for p in Path(spec.index_path).glob("*.parquet")}
     result = sync(spec)
     assert result.mode == "rebuild" and "format 1" in result.reason and result.to_version == 5
+    # the old files are retired now: a reader of the old index still has the grace period
+    manifest = store_for(spec).manifest()
+    assert manifest is not None and old_files <= set(manifest.retired)
+    assert store_for(spec).gc(now=time.time()) == [] and old_files <= {p.name for p in Path(spec.index_path).iterdir()}
     live = [u.removeprefix("file://") for u in DeltaTable(str(table)).file_uris()]
     skipped_somewhere = False
     for where, expr in WHERE.items():

@@ -100,3 +100,9 @@ def test_bad_input_is_rejected() -> None:
         interleave([np.array([4])], [2])
     with pytest.raises(ValueError, match="unknown curve"):
         curve_key("peano", [np.array([1])], [1])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("curve", ["hilbert", "zorder"])
+def test_no_rows_give_no_keys(curve: str) -> None:
+    key = curve_key(curve, [np.array([], np.int64)] * 2, [3, 4])  # type: ignore[arg-type]
+    assert key.shape == (0, 1) and argsort_keys(key).tolist() == []

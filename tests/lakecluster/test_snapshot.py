@@ -142,6 +142,34 @@ def test_a_batch_arrow_cannot_parse_is_read_value_by_value(tmp_path: Path) -> No
     assert parsed["max.id"].to_pylist() == [9, None, None]  # 7.5 is no long: unknown
     assert parsed["min.city"].to_pylist() == ["A", None, None]
     assert pc.is_nan(parsed["min.x"]).to_pylist()[1] and parsed["max.x"].to_pylist() == [2.5, 1.0, None]
+    broken = snapshot._parse_stats(pa.array(["null", "  ", "[1]", None], pa.string()), cols, False)
+    assert broken["num_records"].to_pylist() == [None] * 4  # text that is no JSON object: no stats
+
+
+def test_timestamps_without_a_zone_offset_read_as_utc_vectorised(monkeypatch: pytest.MonkeyPatch) -> None:
+    at = [c for c in STATS if c.name == "at"]
+    texts = pa.array([json.dumps({"numRecords": 1, "minValues": {"at": "2024-01-01T00:00:00.123"},
+                                  "maxValues": {"at": "2024-01-01T05:00:00"}})] * 3)  # fmt: skip
+    fast = snapshot._parse_stats(texts, at, False)
+    monkeypatch.setattr(snapshot, "_fast", lambda *a: (_ for _ in ()).throw(pa.ArrowInvalid("slow")))
+    slow = snapshot._parse_stats(texts, at, False)
+    assert fast["min.at"].equals(slow["min.at"]) and fast["max.at"].equals(slow["max.at"])
+    assert str(fast["min.at"][0].as_py()) == "2024-01-01 00:00:00.123000+00:00"
+
+
+def test_a_log_this_reader_cannot_read_is_left_to_delta_rs(tmp_path: Path) -> None:
+    from lakecluster.config import StorageConfig
+    from lakecluster.table.live_files import LiveFiles
+    from lakecluster.table.location import DeltaLocation
+
+    path = tmp_path / "t"
+    append(path, batch(0, 50, seed=1), 0)
+    checkpoint_and_clean_up(path)
+    (path / "_delta_log" / "_last_checkpoint").write_text('{"size": 3}')  # no version
+    with pytest.raises(Unsupported):
+        read(path)
+    live = LiveFiles(DeltaLocation(str(path), StorageConfig()), PARTITIONS, STATS)
+    assert live.snapshot()[1].num_rows == len(DeltaTable(str(path)).file_uris())
 
 
 def test_a_checkpoint_with_sidecars_is_not_read(tmp_path: Path) -> None:
