@@ -220,7 +220,7 @@ ROWS = [
     ("prune with its sync after a rewrite commit, p50 (s)", "prune_with_sync_p50_s", "{:.3f}"),
     ("first prune of the process, nothing of the index read before (s)", "prune_cold_s", "{:.3f}"),
     ("files kept per point query (mean)", "kept_mean", "{:,.0f}"),
-    ("driver peak RSS (MB)", "peak_rss_mb", "{:,.0f}"),
+    ("driver peak RSS (MiB)", "peak_rss_mb", "{:,.0f}"),
 ]
 
 
@@ -272,7 +272,7 @@ def goals(largest: dict) -> str:
     lines = [f"\nGoals at {largest['files']:,} files, this run:\n"]
     for label, key, limit, unit in GOALS:
         value = largest[key]
-        verdict = "met" if value <= limit else f"missed by {value / limit:.1f} ×"
+        verdict = "met" if value <= limit else f"missed: {value / limit:.2f} × the goal"
         shown = f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
         lines.append(f"- {label}: {shown} {unit} (goal <= {limit:g} {unit}): {verdict}")
     return "\n".join(lines) + "\n"
