@@ -19,9 +19,7 @@ files per commit). Both are normalised the conservative way before encoding:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -32,10 +30,11 @@ import pyarrow.parquet as pq
 
 from lakecluster.index.encoding import PREFIX_END, encode_array, family
 from lakecluster.index.file_ids import file_ids
-from lakecluster.log_stats import partition_array, typed_stat
+from lakecluster.log_stats import partition_array
 from lakecluster.parquet_files import HIVE_NULL
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.stats_columns import STRING_PREFIX
+from lakecluster.table.snapshot import parse_stats
 from lakecluster.uris import data_file
 
 # One schema for two kinds of rows, keyed by (column, fid): a file row (column "") per data file,
@@ -206,12 +205,14 @@ def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mappi
 
 def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[ColumnSpec], partition_by: Sequence[str],
                      seed: int, nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
-    """Index rows of the files added by ``add`` actions read from the log (one loop per file)."""
+    """Index rows of the files added by ``add`` actions read from the log; their stats texts are
+    parsed together, as the snapshot reader parses a checkpoint's (``snapshot.parse_stats``)."""
     n = len(adds)
     if n == 0:
         return empty_rows()
-    parsed = [json.loads(a.get("stats") or "{}", parse_float=Decimal) for a in adds]
-    value_count = pa.array([p.get("numRecords") for p in parsed], pa.int64())
+    stats_columns = [c for c in columns if c.name not in partition_by]
+    parsed = parse_stats(pa.array([a.get("stats") for a in adds], pa.string()), stats_columns, True)
+    value_count = parsed["num_records"]
     parts = {c.name: partition_array(c, [(a.get("partitionValues") or {}).get(c.name) for a in adds])
              for c in columns if c.name in partition_by}  # fmt: skip
     paths = [a["path"] for a in adds]
@@ -224,12 +225,8 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
         if col.name in partition_by:
             stats[col.name] = _partition_stats(col, parts[col.name], value_count)
             continue
-        tp = arrow_type(col)
-        carrier = pa.float64() if col.is_floating else tp  # the JSON text is a double; _normalise narrows
-        nulls = pa.array([p.get("nullCount", {}).get(col.name) for p in parsed], pa.int64())
-        lo = pa.array([typed_stat(col, p.get("minValues", {}).get(col.name), False) for p in parsed], carrier)
-        hi = pa.array([typed_stat(col, p.get("maxValues", {}).get(col.name), True) for p in parsed], carrier)
-        stats[col.name] = (nulls, _nan_array(col, paths, nan_counts), lo.cast(tp), hi.cast(tp))
+        stats[col.name] = (parsed[f"null_count.{col.name}"], _nan_array(col, paths, nan_counts),
+                           parsed[f"min.{col.name}"], parsed[f"max.{col.name}"])  # fmt: skip
     return index_rows(columns, files, stats, seed)
 
 

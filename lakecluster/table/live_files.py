@@ -13,20 +13,18 @@ text), ``generation`` and ``run`` (from the file name, see ``planner.file_run``)
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Sequence
-from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.log_stats import partition_array, typed_stat
+from lakecluster.log_stats import partition_array
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
-from lakecluster.table.snapshot import Unsupported
+from lakecluster.table.snapshot import Unsupported, parse_stats
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +132,12 @@ class LiveFiles:
         """Rows from ``add`` actions read from the JSON commits (stats as JSON text)."""
         if not adds:
             return self._empty()
-        stats = [json.loads(a.get("stats") or "{}", parse_float=Decimal) for a in adds]
+        stats = parse_stats(pa.array([a.get("stats") for a in adds], pa.string()), self.stats_columns, False)
         paths = pa.array([a["path"] for a in adds], pa.string())
         cols: dict[str, pa.Array] = {
             "path": paths,
             "size": pa.array([int(a.get("size") or 0) for a in adds], pa.int64()),
-            "rows": pa.array([s.get("numRecords") for s in stats], pa.int64()),
+            "rows": stats["num_records"],
         }
         for p in self.partition_by:
             typed = partition_array(p, [(a.get("partitionValues") or {}).get(p.name) for a in adds])
@@ -147,9 +145,8 @@ class LiveFiles:
                                                    pa.string())  # fmt: skip
         cols.update(_runs(paths))
         for c in self.stats_columns:
-            for bound, upper in (("min", False), ("max", True)):
-                values = [typed_stat(c, s.get(f"{bound}Values", {}).get(c.name), upper) for s in stats]
-                cols[f"{bound}.{c.name}"] = pa.array(values, arrow_type(c))
+            for bound in ("min", "max"):
+                cols[f"{bound}.{c.name}"] = stats[f"{bound}.{c.name}"]
         return pa.table(cols, schema=self._schema())
 
 

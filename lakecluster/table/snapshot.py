@@ -206,7 +206,7 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[Co
                 continue
             parsed = _from_parsed(pc.struct_field(add, "stats_parsed"), stats, null_counts)
             if from_text:
-                texts = _parse_stats(pc.struct_field(add, "stats"), from_text, null_counts)
+                texts = parse_stats(pc.struct_field(add, "stats"), from_text, null_counts)
                 texts.pop("num_records")
                 parsed.update(texts)
             yield rows, parsed
@@ -289,7 +289,7 @@ def _flatten(rows: pa.Table, partition_by: Sequence[ColumnSpec], stats: Sequence
     out: dict[str, pa.Array] = {"path": rows["path"].combine_chunks().cast(pa.string()),
                                 "size_bytes": rows["size"].combine_chunks().cast(pa.int64())}  # fmt: skip
     if parsed is None:
-        parsed = _parse_stats(rows["stats"].combine_chunks(), stats, null_counts)
+        parsed = parse_stats(rows["stats"].combine_chunks(), stats, null_counts)
     else:
         parsed = dict(parsed)
     out["num_records"] = parsed.pop("num_records")
@@ -334,8 +334,10 @@ def _stats_type(c: ColumnSpec) -> pa.DataType:
     return arrow_type(c)
 
 
-def _parse_stats(texts: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool) -> dict[str, pa.Array]:
-    """num_records and, per column, null_count, min and max, typed as :func:`typed_stat` reads them."""
+def parse_stats(texts: pa.Array, stats: Sequence[ColumnSpec], null_counts: bool) -> dict[str, pa.Array]:
+    """``num_records`` and, per column, ``null_count.<c>``, ``min.<c>`` and ``max.<c>`` of each
+    stats text, typed as :func:`typed_stat` reads them (unreadable: null), vectorised by Arrow's
+    JSON reader; a batch it will not convert is read value by value."""
     n = len(texts)
     if n and stats:
         bounds = pa.struct([(c.name, _stats_type(c)) for c in stats])

@@ -136,13 +136,13 @@ def test_a_batch_arrow_cannot_parse_is_read_value_by_value(tmp_path: Path) -> No
     ]
     texts = pa.array([json.dumps(s) for s in stats], pa.string())
     cols = [c for c in STATS if c.name in ("id", "x", "city")]
-    parsed = snapshot._parse_stats(texts, cols, False)
+    parsed = snapshot.parse_stats(texts, cols, False)
     assert parsed["num_records"].to_pylist() == [3, 2, 1]
     assert parsed["min.id"].to_pylist() == [1, 7, None]  # "7" reads as 7, as typed_stat reads it
     assert parsed["max.id"].to_pylist() == [9, None, None]  # 7.5 is no long: unknown
     assert parsed["min.city"].to_pylist() == ["A", None, None]
     assert pc.is_nan(parsed["min.x"]).to_pylist()[1] and parsed["max.x"].to_pylist() == [2.5, 1.0, None]
-    broken = snapshot._parse_stats(pa.array(["null", "  ", "[1]", None], pa.string()), cols, False)
+    broken = snapshot.parse_stats(pa.array(["null", "  ", "[1]", None], pa.string()), cols, False)
     assert broken["num_records"].to_pylist() == [None] * 4  # text that is no JSON object: no stats
 
 
@@ -150,9 +150,9 @@ def test_timestamps_without_a_zone_offset_read_as_utc_vectorised(monkeypatch: py
     at = [c for c in STATS if c.name == "at"]
     texts = pa.array([json.dumps({"numRecords": 1, "minValues": {"at": "2024-01-01T00:00:00.123"},
                                   "maxValues": {"at": "2024-01-01T05:00:00"}})] * 3)  # fmt: skip
-    fast = snapshot._parse_stats(texts, at, False)
+    fast = snapshot.parse_stats(texts, at, False)
     monkeypatch.setattr(snapshot, "_fast", lambda *a: (_ for _ in ()).throw(pa.ArrowInvalid("slow")))
-    slow = snapshot._parse_stats(texts, at, False)
+    slow = snapshot.parse_stats(texts, at, False)
     assert fast["min.at"].equals(slow["min.at"]) and fast["max.at"].equals(slow["max.at"])
     assert str(fast["min.at"][0].as_py()) == "2024-01-01 00:00:00.123000+00:00"
 
