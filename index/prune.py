@@ -168,7 +168,7 @@ class FileStats:
         if len(efids) == n and (efids == fids).all():
             t, present = entries, np.ones(n, bool)  # already aligned (the usual case: both sorted by fid)
         else:
-            order = np.argsort(efids, kind="stable")
+            order = np.arange(len(efids)) if (efids[1:] >= efids[:-1]).all() else np.argsort(efids, kind="stable")
             pos = np.minimum(np.searchsorted(efids, fids, sorter=order), len(efids) - 1)
             present = efids[order[pos]] == fids
             t = entries.take(pa.array(order[pos]))

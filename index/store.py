@@ -357,9 +357,9 @@ class IndexStore:
         ``fields``; with the bytes and row groups read. Data files never change once written, so
         what was read is kept (``_PARTS``) for the next read of the same part."""
         key = (self.path, name, column, tuple(fields))
-        cached = _PARTS.get(key)
+        cached = _PARTS.get(key) or _PARTS.covering(key[:3], fields)
         if cached is not None:
-            return cached, 0, 0
+            return cached.select(["fid", *fields]), 0, 0
         md, footer = self._footer(name)
         schema = md.schema.to_arrow_schema()
         at = schema.get_field_index("column")
@@ -406,6 +406,13 @@ class IndexStore:
         if not parts:  # a manifest naming no data file: an empty index
             return pa.schema([ROW_SCHEMA.field(c) for c in ("fid", *fields)]).empty_table(), nbytes, groups
         newest = _newest_per_fid(parts)
+        if column != FILE_ROWS:
+            # Only the live files' entries: aligned with the live files row for row (what prune
+            # evaluates on); the next manifest's answer built on this one stays right, since a
+            # file live then and not removed since keeps its entry here.
+            live, b, g = self._live_files(manifest, [])
+            nbytes, groups = nbytes + b, groups + g
+            newest = _restricted(newest, live["fid"].to_numpy())
         _PARTS.put((*key, files), newest)
         return newest, nbytes, groups
 
@@ -459,9 +466,8 @@ class IndexStore:
 
     def read_entries(self, column: str, fields: Sequence[str] = ENTRY_FIELDS, *,
                      manifest: Manifest | None = None) -> ColumnRead:  # fmt: skip
-        """One column's entries: ``fid`` and ``fields`` (of null_count, nan_count, min, max), the
-        newest per file number, sorted by fid. Files that are no longer live may still have one:
-        join with :meth:`read_files`."""
+        """One column's entries of the live files: ``fid`` and ``fields`` (of null_count,
+        nan_count, min, max), the newest per file number, sorted by fid."""
         return self._retrying(lambda m: ColumnRead(*self._newest(m, column, fields)), manifest)
 
     def read_column(
@@ -585,6 +591,16 @@ class _PartCache:
                 self._parts.move_to_end(key)
             return t
 
+    def covering(self, prefix: tuple, fields: Sequence[str]) -> pa.Table | None:
+        """A kept part under ``prefix`` (index, data file, column) read with at least ``fields``."""
+        wanted = set(fields)
+        with self._lock:
+            for key, t in reversed(self._parts.items()):
+                if len(key) == 4 and key[:3] == prefix and wanted <= set(key[3]):
+                    self._parts.move_to_end(key)
+                    return t
+        return None
+
     def put(self, key: tuple, t: pa.Table) -> None:
         size = t.nbytes
         with self._lock:
@@ -635,6 +651,16 @@ def _newest_per_fid(parts: Sequence[pa.Table]) -> pa.Table:
     both = pa.concat_tables([base, newer.select(base.column_names)])
     order = np.argsort(both["fid"].to_numpy(), kind="stable")
     return both.take(pa.array(order))
+
+
+def _restricted(rows: pa.Table, fids: np.ndarray) -> pa.Table:
+    """The rows (sorted by fid) whose fid is one of ``fids`` (sorted)."""
+    have = rows["fid"].to_numpy()
+    if len(have) == len(fids) and (have == fids).all():
+        return rows
+    pos = np.minimum(np.searchsorted(fids, have), max(len(fids) - 1, 0))
+    keep = fids[pos] == have if len(fids) else np.zeros(len(have), bool)
+    return rows if keep.all() else rows.filter(pa.array(keep))
 
 
 def _sorted_by_fid(t: pa.Table) -> pa.Table:
