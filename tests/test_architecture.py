@@ -144,3 +144,19 @@ storage.configure(config.storage)
     found = handle_violations("fake.py", ast.parse(source))
     assert [v.split(" ", 1)[1] for v in found] == ["reads .table.path", "calls open_table", "calls SketchStore",
                                                    "calls DeltaTable", "calls configure"]  # fmt: skip
+
+
+def test_every_package_of_the_source_tree_is_in_the_distribution() -> None:
+    """A folder with modules that pyproject.toml's ``packages`` leaves out is missing from a wheel
+    (``pip install .``, the Docker image), though an editable install still imports it."""
+    import tomllib
+
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    folders = {name: REPO / folder for name, folder in setup["package-dir"].items()}
+    found = set()
+    for name, root in folders.items():
+        for init in root.rglob("__init__.py"):
+            parts = init.parent.relative_to(root).parts
+            found.add(".".join((name, *parts)))
+    assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
