@@ -76,3 +76,12 @@ def file_ids(paths: pa.Array | pa.ChunkedArray, seed: int) -> np.ndarray:
 def distinct(ids: np.ndarray) -> bool:
     """Whether no two of ``ids`` are equal."""
     return len(np.unique(ids)) == len(ids)
+
+
+def find(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``ids``: its position in ``sorted_ids`` (ascending) and whether it is there
+    (where it is not, the position is only a valid index, or 0 when ``sorted_ids`` is empty)."""
+    if not len(sorted_ids):
+        return np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
+    return pos, sorted_ids[pos] == ids

@@ -31,6 +31,7 @@ from lakecluster import metrics
 from lakecluster import predicate as P
 from lakecluster.errors import PredicateError, StatsIndexError
 from lakecluster.index.encoding import NAN_KEY, PREFIX_END, encode_value, exact_value, family, scale
+from lakecluster.index.file_ids import find
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import is_current, store_for, sync
 from lakecluster.schema import ColumnSpec
@@ -169,8 +170,7 @@ class FileStats:
             t, present = entries, np.ones(n, bool)  # already aligned (the usual case: both sorted by fid)
         else:
             order = np.arange(len(efids)) if (efids[1:] >= efids[:-1]).all() else np.argsort(efids, kind="stable")
-            pos = np.minimum(np.searchsorted(efids, fids, sorter=order), len(efids) - 1)
-            present = efids[order[pos]] == fids
+            pos, present = find(efids[order], fids)
             t = entries.take(pa.array(order[pos]))
 
         def ints(arr: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:

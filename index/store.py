@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from lakecluster.errors import StatsIndexError
+from lakecluster.index.file_ids import find
 from lakecluster.index.stats import (
     ENTRY_FIELDS,
     FILE_FIELDS,
@@ -329,7 +330,7 @@ class IndexStore:
 
     def entries(self, manifest: Manifest) -> int:
         """Rows (file rows, entries and tombstones) in the manifest's data files, from their footers."""
-        return sum(self._open(name).metadata.num_rows for name in manifest.files)
+        return sum(self._footer(name)[0].num_rows for name in manifest.files)
 
     def _open(self, name: str) -> pq.ParquetFile:
         return pq.ParquetFile(self.fs.open_input_file(f"{self.root}/{name}"))
@@ -357,7 +358,9 @@ class IndexStore:
         ``fields``; with the bytes and row groups read. Data files never change once written, so
         what was read is kept (``_PARTS``) for the next read of the same part."""
         key = (self.path, name, column, tuple(fields))
-        cached = _PARTS.get(key) or _PARTS.covering(key[:3], fields)
+        cached = _PARTS.get(key)
+        if cached is None:
+            cached = _PARTS.covering(key[:3], fields)
         if cached is not None:
             return cached.select(["fid", *fields]), 0, 0
         md, footer = self._footer(name)
@@ -443,11 +446,7 @@ class IndexStore:
             pending = np.flatnonzero(where < 0)
             if not len(pending):
                 break
-            pfid = part["fid"].to_numpy()
-            if not len(pfid):
-                continue
-            pos = np.minimum(np.searchsorted(pfid, fids[pending]), len(pfid) - 1)
-            found = pfid[pos] == fids[pending]
+            pos, found = find(part["fid"].to_numpy(), fids[pending])
             where[pending[found]], at[pending[found]] = k, pos[found]
         if (where < 0).any():
             raise StatsIndexError(f"the index under {self.path} has no file row for a live file (rebuild it)")
@@ -640,11 +639,9 @@ def _newest_per_fid(parts: Sequence[pa.Table]) -> pa.Table:
     first = np.r_[True, fid[order][1:] != fid[order][:-1]]
     newer = newer.take(pa.array(order[first])).drop_columns(["_seq"])  # sorted by fid, one row each
     base = _sorted_by_fid(parts[0])
-    base_fid, newer_fid = base["fid"].to_numpy(), newer["fid"].to_numpy()
-    pos = np.minimum(np.searchsorted(base_fid, newer_fid), max(len(base_fid) - 1, 0))
-    replaced = base_fid[pos] == newer_fid if len(base_fid) else np.zeros(len(newer_fid), bool)
+    pos, replaced = find(base["fid"].to_numpy(), newer["fid"].to_numpy())
     if replaced.any():
-        keep = np.ones(len(base_fid), bool)
+        keep = np.ones(base.num_rows, bool)
         keep[pos[replaced]] = False
         base = base.filter(pa.array(keep))
     # Two runs sorted by fid: a stable sort of their concatenation is a linear merge (timsort).
@@ -658,8 +655,7 @@ def _restricted(rows: pa.Table, fids: np.ndarray) -> pa.Table:
     have = rows["fid"].to_numpy()
     if len(have) == len(fids) and (have == fids).all():
         return rows
-    pos = np.minimum(np.searchsorted(fids, have), max(len(fids) - 1, 0))
-    keep = fids[pos] == have if len(fids) else np.zeros(len(have), bool)
+    keep = find(fids, have)[1]
     return rows if keep.all() else rows.filter(pa.array(keep))
 
 
@@ -674,14 +670,12 @@ def _view(column: str, files: pa.Table, entries: pa.Table) -> pa.Table:
     """``VIEW_SCHEMA`` rows of ``column``: every live file of ``files`` (sorted by fid) with its
     entry of ``entries`` (newest per fid, sorted by fid); a file without one has null stats
     (unknown, which keeps it)."""
-    ffid, efid = files["fid"].to_numpy(), entries["fid"].to_numpy()
-    pos = np.minimum(np.searchsorted(efid, ffid), max(len(efid) - 1, 0))
-    found = efid[pos] == ffid if len(efid) else np.zeros(len(ffid), bool)
-    at = pa.array(pos, mask=~found) if len(efid) else pa.nulls(len(ffid), pa.int64())
+    pos, found = find(entries["fid"].to_numpy(), files["fid"].to_numpy())
+    at = pa.array(pos, mask=~found)
     n = files.num_rows
 
     def entry(name: str) -> pa.Array:
-        if not len(efid):
+        if not entries.num_rows:
             return pa.nulls(n, ROW_SCHEMA.field(name).type)
         return entries[name].take(at)
 
@@ -718,10 +712,7 @@ def _merge(tables: list[pa.Table], *, keep_deleted: bool) -> pa.Table:
     keep = np.ones(t.num_rows, bool)
     if len(dead):
         entry = pc.invert(is_file_row).to_numpy(zero_copy_only=False)
-        dead = np.sort(dead)
-        fids = t["fid"].to_numpy()
-        at = np.minimum(np.searchsorted(dead, fids), len(dead) - 1)
-        keep &= ~(entry & (dead[at] == fids))
+        keep &= ~(entry & find(np.sort(dead), t["fid"].to_numpy())[1])
         if not keep_deleted:
             keep &= ~tomb.to_numpy(zero_copy_only=False)
     return t.filter(pa.array(keep)).drop_columns(["_seq"])

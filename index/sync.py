@@ -18,13 +18,12 @@ import logging
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster import metrics
 from lakecluster.errors import StatsIndexError
-from lakecluster.index.file_ids import distinct, file_ids
+from lakecluster.index.file_ids import distinct, file_ids, find
 from lakecluster.index.spec import IndexSpec, schema_string_columns, table_columns
 from lakecluster.index.stats import (
     FILE_ROWS,
@@ -242,18 +241,15 @@ def _number_clash(store: IndexStore, manifest: Manifest, adds: pa.Table) -> str:
         return ""
     if not distinct(fids):
         return "two added files share a file number"
-    live = store.read_files([], manifest=manifest)["fid"].to_numpy()  # sorted
-    at = np.minimum(np.searchsorted(live, fids), max(len(live) - 1, 0))
-    hits = live[at] == fids if len(live) else np.zeros(len(fids), bool)
+    hits = find(store.read_files([], manifest=manifest)["fid"].to_numpy(), fids)[1]  # live files: sorted
     if not hits.any():
         return ""
     # The same path added again (after a remove this sync nets out) keeps its number; another
     # path with that number is a clash.
-    known = store.read_files(["file"], manifest=manifest)
-    paths = dict(zip(known["fid"].to_pylist(), known["file"].to_pylist(), strict=True))
-    for fid, path in zip(fids[hits].tolist(), added["file"].filter(pa.array(hits)).to_pylist(), strict=True):
-        if paths.get(fid) != path:
-            return f"files {path} and {paths.get(fid)} share a file number"
+    known = store.files_of(fids[hits], manifest=manifest).rows["file"].to_pylist()
+    for path, other in zip(added["file"].filter(pa.array(hits)).to_pylist(), known, strict=True):
+        if path != other:
+            return f"files {path} and {other} share a file number"
     return ""
 
 
