@@ -108,12 +108,14 @@ def index_rows(columns: Sequence[ColumnSpec], files: pa.Table, stats: Stats, see
     return pa.concat_tables(list(index_parts(columns, files, stats, seed)))
 
 
-def index_parts(columns: Sequence[ColumnSpec], files: pa.Table, stats: Stats, seed: int) -> Iterator[pa.Table]:
+def index_parts(columns: Sequence[ColumnSpec], files: pa.Table, stats: Stats, seed: int, *,
+                fids: np.ndarray | None = None) -> Iterator[pa.Table]:  # fmt: skip
     """:func:`index_rows` a column at a time, in the key's order (the file rows, then the columns
     by name), each part sorted by file number: a writer can take them one by one, never holding
-    every row."""
+    every row. ``fids``: the files' numbers under ``seed``, when already computed."""
     n = files.num_rows
-    fids = file_ids(files["file"], seed)
+    if fids is None:
+        fids = file_ids(files["file"], seed)
     order = pa.array(np.argsort(fids, kind="stable"))
     fids = fids[order.to_numpy()]
     by_name = {c.name: c for c in columns}
@@ -165,7 +167,8 @@ def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition
 
 
 def add_action_parts(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str], seed: int,
-                     nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> Iterator[pa.Table]:  # fmt: skip
+                     nan_counts: Mapping[str, Mapping[str, int]] | None = None, *,
+                     fids: np.ndarray | None = None) -> Iterator[pa.Table]:  # fmt: skip
     """:func:`from_add_actions` as :func:`index_parts`: a column at a time, in the key's order."""
     n = actions.num_rows
 
@@ -189,7 +192,7 @@ def add_action_parts(actions: pa.Table, columns: Sequence[ColumnSpec], partition
         nans = _nan_array(col, paths, nan_counts)
         stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
                            col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
-    return index_parts(columns, files, stats, seed)
+    return index_parts(columns, files, stats, seed, fids=fids)
 
 
 def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mapping[str, int]] | None) -> pa.Array:

@@ -18,6 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -98,11 +99,11 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested", *, seed: i
     spec = _spec(target)
     started = time.monotonic()
     version, columns, partition_by, indexed, actions = _snapshot(spec)
-    seed = distinct_seed(actions["path"], seed)
+    seed, fids = distinct_seed(actions["path"], seed)
     nans = None
     if spec.nan_counts == "scan":
         nans = scan_nan_counts(spec.table.delta.fs, spec.table.delta.root, actions["path"].to_pylist(), indexed)
-    parts = add_action_parts(actions, indexed, partition_by, seed, nans) if actions.num_rows else iter(())
+    parts = add_action_parts(actions, indexed, partition_by, seed, nans, fids=fids) if actions.num_rows else iter(())
     manifest = Manifest(version, [{"name": c.name, "type": c.type} for c in columns],
                         [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed)  # fmt: skip
     rows = actions.num_rows * (1 + len(indexed))  # a file row and an entry per indexed column, per file
@@ -141,17 +142,18 @@ def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], 
     return table.version(), columns, partition_by, indexed, pa.table(table.get_add_actions(flatten=True))
 
 
-def distinct_seed(paths: pa.ChunkedArray | pa.Array, first: int) -> int:
-    """The first seed from ``first`` under which no two of ``paths`` share a number."""
+def distinct_seed(paths: pa.ChunkedArray | pa.Array, first: int) -> tuple[int, np.ndarray]:
+    """The first seed from ``first`` under which no two of ``paths`` share a number, and the
+    paths' numbers under it."""
     if pc.count_distinct(paths).as_py() != len(paths):
         raise StatsIndexError("the table's snapshot names a file twice; the index cannot be built")
     seed = first
-    while not distinct(file_ids(paths, seed)):
+    while not distinct(fids := file_ids(paths, seed)):
         if seed >= first + 64:  # about 2^-64 per try for distinct paths: never, unless the hash is broken
             raise StatsIndexError(f"no seed from {first} to {seed} numbers the table's files apart")
         log.info("two files share a number under seed %d; numbering with seed %d", seed, seed + 1)
         seed += 1
-    return seed
+    return seed, fids
 
 
 def pending_commits(spec: IndexSpec, manifest: Manifest) -> list[list[dict]]:
