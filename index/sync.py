@@ -129,8 +129,9 @@ def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], 
         by_name = {c.name: c for c in columns}
         stats = [c for c in indexed if c.name not in partition_by]
         live = location.live_adds([by_name[p] for p in partition_by], stats, null_counts=True)
-        if live.schema_string == meta.schema_string and list(live.partition_columns) == partition_by:
-            return live.version, columns, partition_by, indexed, live.actions
+        got = live.metadata
+        if got.schema_string == meta.schema_string and got.partition_columns == meta.partition_columns:
+            return got.version, columns, partition_by, indexed, live.actions
         reason = "the schema changed while it was read"
     except (Unsupported, LogGap) as e:
         reason = str(e)

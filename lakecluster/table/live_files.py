@@ -91,7 +91,7 @@ class LiveFiles:
     def _read_snapshot(self, reason: str) -> int:
         try:
             live = self.location.live_adds(self.partition_by, self.stats_columns)
-            actions, configuration, version = live.actions, live.configuration, live.version
+            actions, configuration, version = live.actions, live.metadata.configuration, live.metadata.version
         except (Unsupported, LogGap) as e:  # a log this reader does not read: delta-rs reads the snapshot
             log.debug("live files of %s read through delta-rs (%s)", self.location.uri, e)
             table = self.location.open()

@@ -41,14 +41,21 @@ class Unsupported(Exception):
 
 
 @dataclass(frozen=True)
-class LiveAdds:
-    """The live files at ``version`` and the table's metadata there."""
+class Metadata:
+    """The table's metadata at ``version`` (from the log: no data file is read)."""
 
     version: int
-    actions: pa.Table  # path, size_bytes, num_records, partition.<p>, null_count.<c>, min.<c>, max.<c>
     schema_string: str
     partition_columns: tuple[str, ...]
     configuration: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LiveAdds:
+    """The live files at ``metadata.version`` and the table's metadata there."""
+
+    metadata: Metadata
+    actions: pa.Table  # path, size_bytes, num_records, partition.<p>, null_count.<c>, min.<c>, max.<c>
 
 
 def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec],
@@ -67,10 +74,8 @@ def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], st
 
 def _read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec],
                     null_counts: bool, batch_rows: int) -> LiveAdds:  # fmt: skip
-    checkpoint, parts = _last_checkpoint(fs, log_dir)
-    commits = commits_after(fs, log_dir, checkpoint)
-    metadata = _metadata(fs, log_dir, checkpoint, parts, commits)
-    if (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none":
+    parts, commits, metadata = _log_state(fs, log_dir)
+    if metadata.configuration.get("delta.columnMapping.mode", "none") != "none":
         # stats and partition values are keyed by physical column names there
         raise Unsupported("the table uses column mapping")
     changes = _net_changes(commits)
@@ -92,19 +97,7 @@ def _read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], s
         pieces.append(_flatten(rows, partition_by, stats, null_counts))
     schema = _schema(partition_by, stats, null_counts)
     actions = pa.concat_tables([p.cast(schema) for p in pieces]) if pieces else schema.empty_table()
-    partition_columns = tuple(metadata.get("partitionColumns") or ())
-    configuration = dict(metadata.get("configuration") or {})
-    return LiveAdds(checkpoint + len(commits), actions, metadata["schemaString"], partition_columns, configuration)
-
-
-@dataclass(frozen=True)
-class Metadata:
-    """The table's metadata at ``version`` (from the log: no data file is read)."""
-
-    version: int
-    schema_string: str
-    partition_columns: tuple[str, ...]
-    configuration: dict[str, str]
+    return LiveAdds(metadata, actions)
 
 
 def read_metadata(fs: Any, log_dir: str) -> Metadata:
@@ -115,13 +108,18 @@ def read_metadata(fs: Any, log_dir: str) -> Metadata:
         Unsupported, LogGap: as :func:`read_live_adds`.
     """
     try:
-        checkpoint, parts = _last_checkpoint(fs, log_dir)
-        commits = commits_after(fs, log_dir, checkpoint)
-        meta = _metadata(fs, log_dir, checkpoint, parts, commits)
+        return _log_state(fs, log_dir)[2]
     except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
         raise Unsupported(f"the log could not be read this way: {e}") from e
-    return Metadata(checkpoint + len(commits), meta["schemaString"], tuple(meta.get("partitionColumns") or ()),
-                    dict(meta.get("configuration") or {}))  # fmt: skip
+
+
+def _log_state(fs: Any, log_dir: str) -> tuple[list[str], list[list[dict]], Metadata]:
+    """The last checkpoint's files, the commits after it, and the metadata at the latest version."""
+    checkpoint, parts = _last_checkpoint(fs, log_dir)
+    commits = commits_after(fs, log_dir, checkpoint)
+    meta = _metadata(fs, log_dir, checkpoint, parts, commits)
+    return parts, commits, Metadata(checkpoint + len(commits), meta["schemaString"],
+                                    tuple(meta.get("partitionColumns") or ()), dict(meta.get("configuration") or {}))
 
 
 def _last_checkpoint(fs: Any, log_dir: str) -> tuple[int, list[str]]:
@@ -212,10 +210,14 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[Co
             yield rows, parsed
 
 
+def _groups(null_counts: bool) -> list[str]:
+    """The fields of a stats object read for each column."""
+    return ["minValues", "maxValues", *(["nullCount"] if null_counts else [])]
+
+
 def _not_in(parsed: pa.DataType, stats: Sequence[ColumnSpec], null_counts: bool) -> list[ColumnSpec]:
     """The columns some of whose stats fields ``stats_parsed`` lacks."""
-    groups = ["minValues", "maxValues", *(["nullCount"] if null_counts else [])]
-    inner = [_field(parsed, g) for g in groups]
+    inner = [_field(parsed, g) for g in _groups(null_counts)]
     return [c for c in stats if any(t is None or _field(t, c.name) is None for t in inner)]
 
 
@@ -228,11 +230,9 @@ def _field(struct: pa.DataType, name: str) -> pa.DataType | None:
 
 def _parsed_columns(parsed: pa.DataType, stats: Sequence[ColumnSpec], null_counts: bool) -> list[str]:
     """The checkpoint columns of ``stats_parsed`` to read: numRecords and the requested columns'
-    fields that it has. A column it lacks has unknown bounds, which only ever keeps a file (delta-rs
-    leaves boolean bounds out of its structs, though its JSON text has them)."""
+    fields that it has (the columns it lacks are read from the stats text, see :func:`_not_in`)."""
     out = ["add.stats_parsed.numRecords"] if _field(parsed, "numRecords") is not None else []
-    groups = ["minValues", "maxValues", *(["nullCount"] if null_counts else [])]
-    for group in groups:
+    for group in _groups(null_counts):
         inner = _field(parsed, group)
         out += [f"add.stats_parsed.{group}.{c.name}" for c in stats if inner is not None and _field(inner, c.name)]
     return out or ["add.stats_parsed.numRecords"]

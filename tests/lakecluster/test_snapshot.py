@@ -59,8 +59,8 @@ def table(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
 
 def test_the_live_files_equal_delta_rs_s_snapshot(table: Path) -> None:
     live = read(table, null_counts=True)
-    assert live.version == DeltaTable(str(table)).version()
-    assert live.partition_columns == ("year",)
+    assert live.metadata.version == DeltaTable(str(table)).version()
+    assert live.metadata.partition_columns == ("year",)
     reference = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
     ours = by_path(live.actions)
     assert ours.num_rows == reference.num_rows
