@@ -101,7 +101,6 @@ def _hilbert_transpose(cs: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:
     most 32 bits per column); ``cs`` is left unchanged."""
     d, n = len(cs), len(cs[0])
     out = [np.empty(n, dtype=np.uint64) for _ in range(d)]
-    one = np.uint32(1)
     for start in range(0, n, CHUNK_ROWS):
         stop = min(start + CHUNK_ROWS, n)
         x = [c[start:stop].astype(np.uint32) for c in cs]
@@ -110,11 +109,9 @@ def _hilbert_transpose(cs: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:
         for level in range(bits - 1, 0, -1):  # inverse undo excess work, q = 1 << level
             p = np.uint32((1 << level) - 1)
             for i in range(d):
-                # high: all ones where bit q of x[i] is set (invert the low bits of x[0]), else 0
-                # (swap the low bits of x[0] and x[i]).
-                np.right_shift(x[i], np.uint32(level), out=high)
-                high &= one
-                np.negative(high, out=high)
+                # all ones where bit q of x[i] is set (invert the low bits of x[0]), else 0 (swap
+                # the low bits of x[0] and x[i])
+                _ones_where_bit(x[i], level, high)
                 if i == 0:
                     x[0] ^= high & p
                     continue
@@ -127,13 +124,18 @@ def _hilbert_transpose(cs: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:
             x[i] ^= x[i - 1]
         t[:] = 0
         for level in range(bits - 1, 0, -1):
-            np.right_shift(x[d - 1], np.uint32(level), out=high)
-            high &= one
-            np.negative(high, out=high)
+            _ones_where_bit(x[d - 1], level, high)
             t ^= high & np.uint32((1 << level) - 1)
         for i in range(d):
             out[i][start:stop] = x[i] ^ t
     return out
+
+
+def _ones_where_bit(x: np.ndarray, level: int, out: np.ndarray) -> None:
+    """``out`` = all ones (uint32) where bit ``level`` of ``x`` is set, else 0: a branch-free mask."""
+    np.right_shift(x, np.uint32(level), out=out)
+    out &= np.uint32(1)
+    np.negative(out, out=out)
 
 
 def hilbert(coords: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
