@@ -39,10 +39,11 @@ from bench.skipping import (  # noqa: E402
     write_random_files,
 )
 
-# Spark stages of a rewrite, by the line of compaction/rewrite.py whose action ran them.
+# Spark stages of a rewrite in Spark tasks, by the line of compaction/rewrite_tasks.py whose action
+# ran them (the first text a line holds wins).
 STAGE_PHASES = (
-    ("groupBy(CELL).count().collect()", "read input, cell and sort keys (Python), cache, rows per cell"),
-    ("arranged.mapInArrow(write", "shuffle by output file, sort by key, write Parquet (Python, pyarrow)"),
+    ("_merge_counts(", "rows per cell: the clustering columns read in tasks (pyarrow), cell keys (numpy)"),
+    (".collect()", "read the group in tasks, key and split by output file, shuffle Arrow blobs, sort, write"),
 )
 
 
@@ -76,11 +77,13 @@ class PhaseTimer:
 
 
 def rewrite_lines() -> dict[int, str]:
-    """Line numbers in compaction/rewrite.py of the actions in ``STAGE_PHASES``."""
-    lines = (REPO / "compaction" / "rewrite.py").read_text().splitlines()
+    """Line numbers in compaction/rewrite_tasks.py of the actions in ``STAGE_PHASES``."""
+    lines = (REPO / "compaction" / "rewrite_tasks.py").read_text().splitlines()
     out = {}
-    for needle, phase in STAGE_PHASES:
-        out.update({i + 1: phase for i, line in enumerate(lines) if needle in line})
+    for i, line in enumerate(lines):
+        phase = next((phase for needle, phase in STAGE_PHASES if needle in line), None)
+        if phase is not None:
+            out[i + 1] = phase
     return out
 
 
@@ -101,7 +104,7 @@ def stage_seconds(event_dir: Path, since_ms: float, until_ms: float) -> dict[str
             if not since_ms <= stage["Submission Time"] <= until_ms:
                 continue
             name = stage["Stage Name"]
-            phase = next((p for n, p in by_line.items() if name.endswith(f"rewrite.py:{n}")), None)
+            phase = next((p for n, p in by_line.items() if name.endswith(f"rewrite_tasks.py:{n}")), None)
             if phase is None:
                 continue
             out[phase] = out.get(phase, 0.0) + (stage["Completion Time"] - stage["Submission Time"]) / 1000
@@ -161,7 +164,7 @@ METHODS = (
     ("delta-rs optimize.z_order", "delta-rs"),
     ("Delta OPTIMIZE ZORDER BY", "delta"),
     ("lakecluster compactor, default: rewrite in its own process (commit and index sync included)", "local"),
-    ("lakecluster compactor, rewrite by Spark (`local_rewrite_max_bytes = 0`)", "spark"),
+    ("lakecluster compactor, rewrite in Spark tasks (`local_rewrite_max_bytes = 0`)", "spark"),
     ("`lakecluster compact --once` in a new process (Python and JVM start, the JVM's first commit)", "once"),
 )
 
@@ -233,7 +236,7 @@ def main() -> None:
     for label, key in METHODS:
         out.append(f"| {label} | {best[key]:.1f} | {mb / best[key]:.2f} | {best['delta-rs'] / best[key]:.2f} |\n")
     for engine, title in (("local", "in its own process (the default for groups up to 128 MiB)"),
-                          ("spark", "by Spark")):  # fmt: skip
+                          ("spark", "in Spark tasks")):  # fmt: skip
         total, phases = profiles[engine]
         out.append(f"\nlakecluster's fastest round with the rewrite {title} ({total:.1f} s), by phase:\n\n"
                    "| phase | seconds | share |\n|---|---:|---:|\n")  # fmt: skip
@@ -250,7 +253,7 @@ def main() -> None:
 
 
 NOTES = """
-Reading it: phases are wall time around the driver's calls; with the rewrite by Spark, its stages
+Reading it: phases are wall time around the driver's calls; with the rewrite in Spark tasks, its stages
 are wall time on 2 cores from Spark's event log (the commit's time includes the Spark jobs Delta
 runs for conflict checks and the post-commit snapshot). The commit starts from the checksum file
 (`.crc`) Delta left at the newest version, as on a table lakecluster's stream writes; on a table

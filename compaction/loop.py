@@ -30,6 +30,7 @@ from lakecluster.compaction.planner import Group, Plan, plan_live
 from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import RewriteStopped, rewrite_local
+from lakecluster.compaction.rewrite_tasks import rewrite_in_tasks
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.errors import (
@@ -78,6 +79,15 @@ class _Stopped(Exception):
 
 HEALTH_NAME = "compactor"
 GROUP_RESULTS = ("committed", "conflict", "skipped", "abandoned", "failed")  # lakecluster_compaction_groups_total
+
+
+SparkRewrite = Callable[[SparkSession, Group, RewriteSpec], list[WrittenFile]]
+
+
+def _pyarrow_failed(error: Exception) -> bool:
+    """A rewrite failed because pyarrow could not read or convert the files (in a Spark task, the
+    task's Python error is in the message)."""
+    return isinstance(error, pa.ArrowException) or "pyarrow.lib.Arrow" in str(error)
 
 
 def thresholds(config: Config) -> dict[str, str]:
@@ -341,7 +351,9 @@ class Compactor:
         return GroupResult(group, "committed", len(written), bytes_out, seconds, result.version, before, after)
 
     def _rewrite(self, group: Group, spec: RewriteSpec) -> tuple[list[WrittenFile], str]:
-        """The group's new files and where they were written: ``local`` (this process) or ``spark``."""
+        """The group's new files and where they were written: ``local`` (this process), ``tasks``
+        (pyarrow in Spark tasks) or ``spark`` (Spark's reader and shuffle, for files pyarrow cannot
+        read as declared)."""
         if group.bytes <= self.config.compaction.local_rewrite_max_bytes:
             self._busy.set()
             try:
@@ -351,25 +363,31 @@ class Compactor:
                 return written, "local"
             except RewriteStopped:
                 raise _Stopped from None
-            except (pa.ArrowException, MemoryError) as e:
-                # Files pyarrow cannot read as declared (Spark may) or a group too big for this
-                # process: Spark rewrites it; files written so far are vacuum's.
+            except MemoryError as e:  # a group too big for this process: Spark's executors share it
+                log.warning("rewriting the group in this process failed (%s); rewriting it with Spark tasks",
+                            first_line(str(e)))
+            except pa.ArrowException as e:  # files pyarrow cannot read as declared (Spark's reader may)
                 log.warning("rewriting the group in this process failed (%s); rewriting it with Spark",
                             first_line(str(e)))
+                return self._rewrite_with_spark(group, spec, rewrite), "spark"
             finally:
                 self._busy.clear()
-        written = self._rewrite_with_spark(group, spec)
-        if self._cancelled.is_set():
-            raise _Stopped
-        return written, "spark"
+        try:
+            return self._rewrite_with_spark(group, spec, rewrite_in_tasks), "tasks"
+        except Exception as e:
+            if not _pyarrow_failed(e):
+                raise
+            log.warning("rewriting the group in Spark tasks failed (%s); rewriting it with Spark's reader",
+                        first_line(str(e).split("ArrowInvalid", 1)[-1]))  # fmt: skip
+        return self._rewrite_with_spark(group, spec, rewrite), "spark"
 
-    def _rewrite_with_spark(self, group: Group, spec: RewriteSpec) -> list[WrittenFile]:
+    def _rewrite_with_spark(self, group: Group, spec: RewriteSpec, engine: SparkRewrite) -> list[WrittenFile]:
         sc = self.spark.sparkContext
         self._job_group = f"lakecluster-compact-{uuid.uuid4().hex[:8]}"
         sc.setJobGroup(self._job_group, f"rewrite {len(group.files)} files", interruptOnCancel=True)
         self._busy.set()
         try:
-            return rewrite(self.spark, group, spec)
+            written = engine(self.spark, group, spec)
         except Exception as e:
             if self.stopping and ("cancel" in str(e).lower() or "interrupt" in str(e).lower()):
                 raise _Stopped from None
@@ -378,6 +396,9 @@ class Compactor:
             self._busy.clear()
             self._job_group = None
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        if self._cancelled.is_set():
+            raise _Stopped
+        return written
 
     def _scanned(self, actions: pa.Table, paths: list[str], sketches: BoundarySketches) -> float:
         cols = self.config.table.clustering_columns

@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -114,16 +115,18 @@ def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: Co
     generation = live["generation"].to_numpy()
     sizes = live["size"].to_numpy()
     parts = [f"partition.{p}" for p in partition_by]
+    # Runs of young generations, the only ones that can merge (settled ones are most of a big table).
+    young = np.flatnonzero((generation > 0) & (generation < cfg.max_generation))
+    runs = live.select([*parts, "generation", "run"]).take(pa.array(young))
     # One text key per (partition, generation): a run merges only with runs of both the same.
-    key = pc.binary_join_element_wise(*[pc.fill_null(live[c], "\x00null") for c in parts],
-                                      live["generation"].cast(pa.string()), "\x00")  # fmt: skip
-    young = (generation > 0) & (generation < cfg.max_generation)
-    runs = pa.table({"key": pc.filter(key, young), "run": pc.filter(live["run"], young)})
-    counts = runs.group_by(["key", "run"]).aggregate([]).group_by("key").aggregate([("run", "count")])
+    key = pc.binary_join_element_wise(*[pc.fill_null(runs[c], "\x00null") for c in parts],
+                                      runs["generation"].cast(pa.string()), "\x00")  # fmt: skip
+    keyed = pa.table({"key": key, "run": runs["run"]})
+    counts = keyed.group_by(["key", "run"]).aggregate([]).group_by("key").aggregate([("run", "count")])
     mergeable = counts.filter(pc.greater_equal(counts["run_count"], cfg.merge_fanout))["key"]
     wanted = (generation == 0) | (sizes < cfg.min_file_bytes)
     if len(mergeable):
-        wanted |= young & pc.is_in(key, value_set=mergeable).to_numpy(zero_copy_only=False)
+        wanted[young[pc.is_in(key, value_set=mergeable).to_numpy(zero_copy_only=False)]] = True
     chosen = live.filter(pa.array(wanted)).select(["path", "size", "rows", *parts, "generation", "run"])
     values = {c: chosen[c].to_pylist() for c in chosen.column_names}
     files = [
@@ -183,11 +186,13 @@ def _partition_groups(partition: tuple, files: list[DataFile], cfg: CompactionCo
     loose = fresh + [f for f in small_tails if f.run not in used]
     loose.sort(key=lambda f: f.path)
     batch: list[DataFile] = []
+    batch_bytes = 0
     for f in loose:
-        if batch and sum(x.size for x in batch) + f.size > cfg.max_group_bytes:
+        if batch and batch_bytes + f.size > cfg.max_group_bytes:
             groups.append(_fresh_group(partition, batch))
-            batch = []
+            batch, batch_bytes = [], 0
         batch.append(f)
+        batch_bytes += f.size
     if len(batch) >= cfg.min_input_files:
         groups.append(_fresh_group(partition, batch))
     return groups  # a remainder below min_input_files waits for more data

@@ -54,6 +54,11 @@ class _StopGate:
             self.stopping = True
             self._cond.wait_for(lambda: not self._busy, timeout=timeout)
 
+    def close(self) -> None:
+        """No micro-batch starts after this one; callable from inside a micro-batch (it does not wait)."""
+        with self._cond:
+            self.stopping = True
+
 
 class _StopRequested(Exception):
     """Raised into a micro-batch that would start after a stop was requested (it is replayed)."""
@@ -154,6 +159,10 @@ class StreamJob:
         self.reports.append(report)
         if not report.skipped:
             observe_batch(report)
+            if self.max_batches is not None and sum(not r.skipped for r in self.reports) >= self.max_batches:
+                # Closed here, inside the batch: a watcher polling for the count would let the next
+                # micro-batch start (and commit) before it noticed.
+                self._gate.close()
         self.source.committed(report.offsets)
         if self.on_batch is not None:
             self.on_batch(report)

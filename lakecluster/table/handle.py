@@ -14,7 +14,7 @@ import pyarrow.fs as pafs
 
 from lakecluster import storage
 from lakecluster.config import Config, StorageConfig, TableConfig
-from lakecluster.layout import clustering_depth
+from lakecluster.table.depth import DepthTracker
 from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.paths import TablePaths
@@ -50,6 +50,7 @@ class LakeTable:
         self._lock = threading.Lock()
         self._live: LiveFiles | None = None
         self._history: CommitHistory | None = None
+        self._depth: DepthTracker | None = None
         self._state: tuple[tuple, TableState] | None = None
 
     @classmethod
@@ -134,7 +135,8 @@ class LakeTable:
         Raises:
             TableNotFoundError: there is no table.
         """
-        version, files = self.live_files().snapshot()
+        live = self.live_files()
+        version, files = live.snapshot()
         sketches = self.sketches().latest()
         index_state = index() if index is not None else None
         small = self.config.compaction.min_file_bytes if small_file_bytes is None else small_file_bytes
@@ -142,6 +144,9 @@ class LakeTable:
         with self._lock:
             if self._history is None:
                 self._history = CommitHistory(self.delta)
+            if self._depth is None:
+                self._depth = DepthTracker(live, self.config.table.clustering_columns)
+            depth = self._depth
             history = self._history.up_to(version)
             cached = self._state
         if cached is not None and cached[0] == key:
@@ -150,8 +155,7 @@ class LakeTable:
         clustering = None
         if sketches is not None:
             k = self.config.sketches.boundaries
-            clustering = {c: clustering_depth(files, None, sketches, c, k)
-                          for c in self.config.table.clustering_columns if c in sketches.sketches}  # fmt: skip
+            clustering = depth.depths(version, files, sketches, k)
         state = TableState(
             uri=self.uri, version=version, observed_at=time.time(), files=files.num_rows, bytes=int(sizes.sum()),
             rows=int(pc.sum(files["rows"]).as_py() or 0), small_files=int((sizes < small).sum()),

@@ -6,6 +6,10 @@ the JSON commits after its version (``log.py``): a round costs the new commits p
 vectorised passes over the file table, never a second read of the snapshot. A commit that is gone
 (log cleanup after a checkpoint) or that changes the table's metadata means one full read again.
 
+Each refresh is also kept as a :class:`Change` (the rows that left and came) in a short log, so a
+view kept beside this one (``depth.py``'s clustering depth) follows the same commits without
+reading the whole file table again.
+
 One row per live file: ``path``, ``size``, ``rows``, ``partition.<p>`` (the partition value as
 text), ``generation`` and ``run`` (from the file name, see ``planner.file_run``), and ``min.<c>``,
 ``max.<c>`` of the clustering columns (null when the file has no stats for them).
@@ -15,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +38,20 @@ log = logging.getLogger(__name__)
 _RUN_IN_PATH = r"(?:^|/)[^/]*?part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-[^/]*$"
 
 
+CHANGE_LOG_ROWS = 256 * 1024  # rows the change log keeps (older changes are dropped)
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one refresh did to the files: the rows that left (removed, or replaced by a new add of
+    the same path) and the rows that came, from version ``after`` to version ``to``."""
+
+    after: int
+    to: int
+    removed: pa.Table
+    added: pa.Table
+
+
 class LiveFiles:
     """The live files of the table at ``location``, with ``stats_columns``' min and max."""
 
@@ -44,6 +64,7 @@ class LiveFiles:
         self.table = self._empty()
         self.configuration: dict[str, str] = {}  # the table's properties (a change is a full read)
         self.full_reads = 0  # how often the whole snapshot was read (once, unless the log had a gap)
+        self._changes: deque[Change] = deque()  # the newest refreshes, for views kept beside this one
         self._lock = threading.Lock()  # the compactor's rounds and the table monitor share one view
 
     def snapshot(self) -> tuple[int, pa.Table]:
@@ -67,6 +88,27 @@ class LiveFiles:
         with self._lock:
             return self._refresh()
 
+    def changes(self, full_reads: int, after: int, to: int) -> list[Change] | None:
+        """The refreshes that took the files from version ``after`` to ``to`` (both seen by a reader
+        when :attr:`full_reads` was ``full_reads``); None when they are no longer known (a full read
+        since, or dropped from the log): the reader starts over from :meth:`snapshot`."""
+        with self._lock:
+            if full_reads != self.full_reads:
+                return None
+            steps = [c for c in self._changes if after < c.to <= to]
+            if after == to:
+                return []
+            if not steps or steps[0].after != after or steps[-1].to != to:
+                return None
+            return steps
+
+    def _log_change(self, change: Change) -> None:
+        self._changes.append(change)
+        rows = sum(c.removed.num_rows + c.added.num_rows for c in self._changes)
+        while self._changes and rows > CHANGE_LOG_ROWS:
+            dropped = self._changes.popleft()
+            rows -= dropped.removed.num_rows + dropped.added.num_rows
+
     def _refresh(self) -> int:
         if self.version < 0:
             return self._read_snapshot("first read")
@@ -81,10 +123,12 @@ class LiveFiles:
         except (ValueError, KeyError, TypeError) as e:
             return self._read_snapshot(f"a commit could not be read: {e}")
         gone = [*changes.removed, *changes.added]
-        table = self.table
+        table, removed = self.table, self._empty()
         if gone:
-            table = table.filter(pc.invert(pc.is_in(table["path"], value_set=pa.array(gone, pa.string()))))
+            leaving = pc.is_in(table["path"], value_set=pa.array(gone, pa.string()))
+            removed, table = table.filter(leaving), table.filter(pc.invert(leaving))
         self.table = pa.concat_tables([table, added]).combine_chunks() if added.num_rows else table
+        self._log_change(Change(self.version, self.version + len(commits), removed, added))
         self.version += len(commits)
         return self.version
 
@@ -101,6 +145,7 @@ class LiveFiles:
         self.configuration = {k: v for k, v in configuration.items() if v is not None}
         self.version = version
         self.full_reads += 1
+        self._changes.clear()
         log.debug("live files of %s read from the snapshot at version %d (%s): %d files", self.location.uri,
                   self.version, reason, self.table.num_rows)  # fmt: skip
         return self.version

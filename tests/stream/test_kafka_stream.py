@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
 from lakecluster.config import load_config
-from lakecluster.stream.job import StreamJob
+from lakecluster.stream.job import SourceWait, StreamJob
 from lakecluster.table import LakeTable
 from tests.conftest import duckdb_connection, read_delta
 from tests.services.kafka import KafkaBroker as Broker
@@ -64,3 +65,24 @@ def test_duckdb_reads_the_same_table(spark, broker: Broker, tmp_path: Path) -> N
     through_duckdb = con.execute(f"SELECT * FROM delta_scan('{table}')").fetch_arrow_table()
     assert kr.table_rows(through_duckdb) == kr.expected_rows(records)
     assert kr.table_rows(read_delta(table)) == kr.expected_rows(records)
+
+
+def test_max_batches_stops_after_that_many_batches_when_the_next_follows_at_once(  # type: ignore[no-untyped-def]
+    spark, broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = _topic()
+    broker.create_topic(topic, 1)
+    records = kr.build(0, 1000, partitions=1, seed=5, with_malformed=False)
+    broker.produce(topic, [(r.partition, r.value) for r in records])
+    table = tmp_path / "orders"
+    cfg = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table, max_offsets=100)
+    # No trigger interval: the next micro-batch starts as soon as one ends; the thread watching the
+    # query is slow to look (as on a loaded machine, where it waited on the JVM for seconds).
+    config = load_config(cfg, overrides={"stream.trigger_interval_s": "0"}, environ={})
+    observe = SourceWait.observe
+    monkeypatch.setattr(SourceWait, "observe", lambda self, query: (time.sleep(3), observe(self, query))[1])
+
+    reports = StreamJob(config, spark=spark, max_batches=2).run()
+
+    assert [r.rows for r in reports if not r.skipped] == [100, 100]
+    assert read_delta(table).num_rows == 200
