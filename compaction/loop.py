@@ -84,10 +84,12 @@ GROUP_RESULTS = ("committed", "conflict", "skipped", "abandoned", "failed")  # l
 SparkRewrite = Callable[[SparkSession, Group, RewriteSpec], list[WrittenFile]]
 
 
-def _pyarrow_failed(error: Exception) -> bool:
-    """A rewrite failed because pyarrow could not read or convert the files (in a Spark task, the
-    task's Python error is in the message)."""
-    return isinstance(error, pa.ArrowException) or "pyarrow.lib.Arrow" in str(error)
+def _pyarrow_error(error: Exception) -> str | None:
+    """Why pyarrow could not read or convert the files, when that is why a rewrite failed (in a
+    Spark task, the task's Python error is a line of the message); None for any other failure."""
+    if isinstance(error, pa.ArrowException):
+        return first_line(str(error))
+    return next((line.strip() for line in str(error).splitlines() if "pyarrow.lib.Arrow" in line), None)
 
 
 def thresholds(config: Config) -> dict[str, str]:
@@ -375,10 +377,10 @@ class Compactor:
         try:
             return self._rewrite_with_spark(group, spec, rewrite_in_tasks), "tasks"
         except Exception as e:
-            if not _pyarrow_failed(e):
+            cause = _pyarrow_error(e)
+            if cause is None:
                 raise
-            log.warning("rewriting the group in Spark tasks failed (%s); rewriting it with Spark's reader",
-                        first_line(str(e).split("ArrowInvalid", 1)[-1]))  # fmt: skip
+            log.warning("rewriting the group in Spark tasks failed (%s); rewriting it with Spark's reader", cause)
         return self._rewrite_with_spark(group, spec, rewrite), "spark"
 
     def _rewrite_with_spark(self, group: Group, spec: RewriteSpec, engine: SparkRewrite) -> list[WrittenFile]:

@@ -16,6 +16,7 @@ import itertools
 import os
 import threading
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,15 +37,19 @@ class RewriteStopped(Exception):
     """The compactor is stopping: the rewrite ended before its commit (files left are vacuum's)."""
 
 
-def read_local(group: Group, spec: RewriteSpec) -> pa.Table:
-    """The group's rows, the data columns in declared types (columns a file lacks read as nulls)."""
+def files_dataset(spec: RewriteSpec, paths: Sequence[str]) -> pds.Dataset:
+    """The data files at ``paths`` (relative to the table) as one dataset of the data columns in
+    declared types (columns a file lacks read as nulls)."""
     fs, root = filesystem(spec.table_uri, spec.storage)
     schema = data_schema(arrow_schema(spec.columns), spec.partition_by)
     # Spark writes timestamps as INT96 by default; read as nanoseconds, years outside 1677-2262 overflow.
     parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-    dataset = pds.dataset([data_file(root, f.path) for f in group.files], schema=schema, format=parquet,
-                          filesystem=fs)  # fmt: skip
-    return dataset.to_table(use_threads=True)
+    return pds.dataset([data_file(root, p) for p in paths], schema=schema, format=parquet, filesystem=fs)
+
+
+def read_local(group: Group, spec: RewriteSpec) -> pa.Table:
+    """The group's rows, the data columns in declared types (columns a file lacks read as nulls)."""
+    return files_dataset(spec, [f.path for f in group.files]).to_table(use_threads=True)
 
 
 def file_slices(cells: np.ndarray, target_files: int) -> list[tuple[int, int]]:

@@ -26,29 +26,20 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as pds
 from pyspark.sql import SparkSession
 
 from lakecluster.compaction.planner import Group
-from lakecluster.compaction.rewrite import RewriteSpec, data_schema
+from lakecluster.compaction.rewrite import RewriteSpec
+from lakecluster.compaction.rewrite_local import files_dataset
 from lakecluster.curves import argsort_keys
 from lakecluster.layout import assign_files, pieces
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
-from lakecluster.schema import arrow_schema
 from lakecluster.storage import filesystem
-from lakecluster.uris import data_file
 
 SLICE_BYTES = 64 << 20  # input bytes a task reads (its files' sizes on storage)
 BATCH_ROWS = 256 * 1024  # rows a mapper keys and splits at a time
 REDUCER_BYTES = 128 << 20  # input bytes whose rows one reducer sorts and writes
 _KEY = "_lc_key"
-
-
-def _dataset(spec: RewriteSpec, paths: Sequence[str]) -> pds.Dataset:
-    fs, root = filesystem(spec.table_uri, spec.storage)
-    schema = data_schema(arrow_schema(spec.columns), spec.partition_by)
-    parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-    return pds.dataset([data_file(root, p) for p in paths], schema=schema, format=parquet, filesystem=fs)
 
 
 def _cells(spec: RewriteSpec, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -59,7 +50,7 @@ def _cells(spec: RewriteSpec, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 def _count_task(spec: RewriteSpec, paths: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(distinct cells, rows of each) of these files, read column-pruned."""
-    table = _dataset(spec, paths).to_table(columns=list(spec.layout.columns), use_threads=False)
+    table = files_dataset(spec, paths).to_table(columns=list(spec.layout.columns), use_threads=False)
     if table.num_rows == 0:
         return np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64)
     cells, _ = _cells(spec, table)
@@ -81,7 +72,7 @@ def _merge_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.nd
 def _split_task(spec: RewriteSpec, cells: np.ndarray, file_of_cell: np.ndarray, slice_no: int,
                 paths: Sequence[str]) -> Iterator[tuple[int, tuple[int, int, bytes]]]:  # fmt: skip
     """(output file, (slice, batch, Arrow IPC of the batch's rows for that file, with their key))."""
-    scanner = _dataset(spec, paths).scanner(batch_size=BATCH_ROWS, use_threads=False)
+    scanner = files_dataset(spec, paths).scanner(batch_size=BATCH_ROWS, use_threads=False)
     for batch_no, batch in enumerate(scanner.to_batches()):
         if batch.num_rows == 0:
             continue

@@ -271,10 +271,7 @@ class StreamJob:
         source_wait = SourceWait(self.config.stream.source_wait_warning_s)
         try:
             while query.isActive:
-                if self._gate.stopping or lease.lost.is_set():
-                    break
-                if self.max_batches is not None and sum(not r.skipped for r in self.reports) >= self.max_batches:
-                    self._gate.request_stop()
+                if self._gate.stopping or lease.lost.is_set():  # stopping: also once max_batches ran (_record)
                     break
                 try:
                     query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds; a float works

@@ -26,7 +26,6 @@ class BoundCounts:
 
     def __init__(self, column: str, value_type: pa.DataType) -> None:
         self.column = column
-        self.value_type = value_type
         self.files = 0
         self.without_stats = 0  # files without a min (every query reads them)
         self.mins = self._counts(pa.array([], value_type), pa.array([], pa.int64()))
