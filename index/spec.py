@@ -52,10 +52,15 @@ class IndexSpec:
 
     def indexed(self, table_columns: Sequence[ColumnSpec], partition_by: Sequence[str]) -> tuple[ColumnSpec, ...]:
         """Clustering and partition columns always (partition stats are free), then the requested
-        columns (or every column in schema order) until ``max_columns`` is reached."""
+        columns (or every column but booleans, in schema order) until ``max_columns`` is reached.
+
+        Booleans are left out unless named: Delta's checkpoints keep no boolean bounds in their
+        stats structs, so indexing one means reading every file's stats text (most of a
+        million-file rebuild), and two values skip little unless the table is clustered on them.
+        """
         by_name = {c.name: c for c in table_columns}
         chosen: list[str] = [n for n in (*self.clustering_columns, *partition_by) if n in by_name]
-        for name in self.columns or tuple(by_name):
+        for name in self.columns or tuple(n for n, c in by_name.items() if c.type != "boolean"):
             if name not in chosen and len(chosen) < self.max_columns:
                 chosen.append(name)
         return tuple(by_name[n] for n in dict.fromkeys(chosen))

@@ -183,13 +183,14 @@ def add_action_parts(actions: pa.Table, columns: Sequence[ColumnSpec], partition
                       "size_bytes": actions["size_bytes"].combine_chunks().cast(pa.int64()),
                       "value_count": value_count})  # fmt: skip
     stats = {}
-    paths = files["file"].to_pylist()  # once, not once per column
+    # The paths as Python strings only for NaN counts scanned from the files (once, not per column).
+    paths = files["file"].to_pylist() if nan_counts is not None else []
     for col in columns:
         if col.name in partition_by:
             stats[col.name] = _partition_stats(col, parts[col.name], value_count)
             continue
         tp = arrow_type(col)
-        nans = _nan_array(col, paths, nan_counts)
+        nans = _nan_array(col, paths, nan_counts) if nan_counts is not None else pa.nulls(n, pa.int64())
         stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
                            col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
     return index_parts(columns, files, stats, seed, fids=fids)

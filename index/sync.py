@@ -146,10 +146,11 @@ def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], 
 def distinct_seed(paths: pa.ChunkedArray | pa.Array, first: int) -> tuple[int, np.ndarray]:
     """The first seed from ``first`` under which no two of ``paths`` share a number, and the
     paths' numbers under it."""
-    if pc.count_distinct(paths).as_py() != len(paths):
-        raise StatsIndexError("the table's snapshot names a file twice; the index cannot be built")
     seed = first
     while not distinct(fids := file_ids(paths, seed)):
+        # Equal paths get equal numbers: distinct numbers mean distinct paths, checked only here.
+        if pc.count_distinct(paths).as_py() != len(paths):
+            raise StatsIndexError("the table's snapshot names a file twice; the index cannot be built")
         if seed >= first + 64:  # about 2^-64 per try for distinct paths: never, unless the hash is broken
             raise StatsIndexError(f"no seed from {first} to {seed} numbers the table's files apart")
         log.info("two files share a number under seed %d; numbering with seed %d", seed, seed + 1)

@@ -149,6 +149,20 @@ def test_unreadable_manifest_or_changed_settings_rebuild(tmp_path: Path) -> None
     assert store_for(narrower).manifest().indexed == ["year", "id", "city"]  # type: ignore[union-attr]
 
 
+def test_boolean_columns_are_indexed_only_when_named_or_clustered_on(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    spec = IndexSpec.for_location(LakeTable.at(str(table)))
+    append(table, batch(0, 100, seed=1), 0)
+    sync(spec)
+    by_default = store_for(spec).manifest().indexed  # type: ignore[union-attr]
+    assert "flag" not in by_default and {"id", "city", "x", "amount", "day"} <= set(by_default)
+    # A query on the column keeps every file: nothing is known of it.
+    assert prune(spec, "flag = true", sync_first=False).files.num_rows == len(DeltaTable(str(table)).file_uris())
+    for named in (replace(spec, columns=("flag",)), replace(spec, clustering_columns=("flag",))):
+        assert sync(named).mode == "rebuild"  # other settings
+        assert "flag" in store_for(named).manifest().indexed  # type: ignore[union-attr]
+
+
 def test_one_column_is_read_from_its_own_row_groups_and_the_file_rows_only(tmp_path: Path) -> None:
     table = tmp_path / "t"
     spec = replace(IndexSpec.for_location(LakeTable.at(str(table))), row_group_rows=64)
