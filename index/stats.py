@@ -65,7 +65,7 @@ def empty_rows() -> pa.Table:
 def partition_keys(values: Mapping[str, pa.Array], partition_by: Sequence[str], n: int) -> pa.Array:
     """``col=value/col2=value`` per file, from typed partition values (both sources agree on them)."""
     if not partition_by:
-        return pa.array([""] * n, pa.string())
+        return pa.repeat(pa.scalar("", pa.string()), n)
     parts = [pc.binary_join_element_wise(f"{name}=", values[name].cast(pa.string()).fill_null(HIVE_NULL), "")
              for name in partition_by]  # fmt: skip
     return pc.binary_join_element_wise(*parts, "/")
@@ -91,8 +91,8 @@ def file_rows(files: pa.Table, fids: np.ndarray, *, deleted: bool = False) -> pa
     n = files.num_rows
     null_int, null_bin = pa.nulls(n, pa.int64()), pa.nulls(n, pa.binary())
     return pa.table({
-        "column": pa.array([FILE_ROWS] * n, pa.string()), "fid": pa.array(fids, pa.int64()),
-        "deleted": pa.array(np.full(n, deleted)), "file": files["file"], "partition": files["partition"],
+        "column": pa.repeat(pa.scalar(FILE_ROWS, pa.string()), n), "fid": pa.array(fids, pa.int64()),
+        "deleted": pa.repeat(pa.scalar(deleted), n), "file": files["file"], "partition": files["partition"],
         "size_bytes": files["size_bytes"], "value_count": files["value_count"],
         "null_count": null_int, "nan_count": null_int, "min": null_bin, "max": null_bin,
     }, schema=ROW_SCHEMA)  # fmt: skip
@@ -128,7 +128,7 @@ def index_parts(columns: Sequence[ColumnSpec], files: pa.Table, stats: Stats, se
         nulls, nans, lo, hi = (a.take(order) for a in stats[name])
         enc_lo, enc_hi = _normalise(col, lo, hi)
         yield pa.table({
-            "column": pa.array([name] * n, pa.string()), "fid": pa.array(fids, pa.int64()),
+            "column": pa.repeat(pa.scalar(name, pa.string()), n), "fid": pa.array(fids, pa.int64()),
             "deleted": pa.nulls(n, pa.bool_()), "file": null_str, "partition": null_str, "size_bytes": null_int,
             "value_count": null_int, "null_count": nulls.cast(pa.int64()), "nan_count": nans.cast(pa.int64()),
             "min": enc_lo, "max": enc_hi,
