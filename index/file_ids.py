@@ -14,6 +14,9 @@ derived from the seed), then the SplitMix64 finaliser.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -54,11 +57,17 @@ def file_ids(paths: pa.Array | pa.ChunkedArray, seed: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         powers = np.cumprod(np.r_[np.uint64(1), np.full(max(longest - 1, 0), base, dtype=np.uint64)])
     out = np.empty(n, dtype=np.uint64)
+    bounds = []
     first = 0
     while first < n:
         # as many strings as fit in the chunk (at least one)
         last = int(np.searchsorted(offsets, offsets[first] + _CHUNK_BYTES, side="right")) - 1
         last = min(max(last, first + 1), n)
+        bounds.append((first, last))
+        first = last
+
+    def hash_chunk(chunk: tuple[int, int]) -> None:
+        first, last = chunk
         lo, hi = int(offsets[first]), int(offsets[last])
         starts = offsets[first:last] - lo
         ends = offsets[first + 1 : last + 1] - lo
@@ -68,7 +77,14 @@ def file_ids(paths: pa.Array | pa.ChunkedArray, seed: int) -> np.ndarray:
             sums = np.add.reduceat(terms, starts) if hi > lo else np.zeros(last - first, dtype=np.uint64)
             sums[lengths[first:last] == 0] = 0  # reduceat gives the next byte for an empty string
             out[first:last] = sums + lengths[first:last].astype(np.uint64) * _LENGTH_MIX
-        first = last
+
+    # numpy releases the GIL in these loops: chunks side by side use every core.
+    if len(bounds) > 1:
+        with ThreadPoolExecutor(min(len(bounds), os.cpu_count() or 1)) as pool:
+            list(pool.map(hash_chunk, bounds))
+    else:
+        for chunk in bounds:
+            hash_chunk(chunk)
     return _splitmix64(out ^ np.uint64(seed)).view(np.int64)
 
 
