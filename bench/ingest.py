@@ -228,7 +228,7 @@ def write_section(path: Path, heading: str, section: str) -> None:
     start = text.find(heading)
     if start >= 0:
         end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
+        text = text[:start] + section.rstrip("\n") + "\n\n" + (text[end + 1 :] if end >= 0 else "")
     else:
         text = text.rstrip() + "\n\n" + section
     path.write_text(text)

@@ -233,13 +233,6 @@ GOALS = (
 )
 
 EARLIER = """
-Earlier runs of the same command at 1,000,000 files: before the compactor and the monitor
-followed the log themselves (2026-11-25, commit a8a3710): round planning 9.0 s, index sync 46 s
-every 8th sync, table gauges 10.6 s, prune 1.33 s, peak RSS 16.2 GB; before the index keyed its
-entries by file number and the live files were read from the checkpoint directly (2026-11-26,
-commit cd7baca): compactor start 8.62 s, index build 43.4 s, prune 0.320 s, peak RSS 10.8 GB
-(the table built in the measured process).
-
 Reading it: the compactor's start reads the last checkpoint's path, size, partition and
 clustering-column stats only (from its `stats_parsed` structs), then the commits after it
 (`lakecluster/table/snapshot.py`); the rounds then follow the log commit by commit. Prune reads
