@@ -48,6 +48,30 @@ def chosen_by_user(java_options: str) -> bool:
     return any(flag in java_options for flag in ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit"))
 
 
+def class_path_stamp(jars: Path) -> str:
+    """Name, size and modification time of every jar in ``jars`` (the driver's class path).
+
+    The JVM maps an archive only while each jar of the class path it was dumped with has the
+    same size and modification time, and otherwise runs without it, silently. A reinstall in the
+    same place (a new virtualenv, ``pip install --force-reinstall``) changes the times: the
+    archive's name must change with them, or the stale one would be kept and every start would
+    go without sharing.
+    """
+    try:
+        entries = sorted(os.scandir(jars), key=lambda e: e.name)
+    except OSError:
+        return "?"
+    stamps = []
+    for entry in entries:
+        if entry.name.endswith(".jar"):
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            stamps.append(f"{entry.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(stamps).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class ClassArchive:
     """The archive of one JDK and one pyspark installation: ``<directory>/<stem>.<bytes>.jsa``.
@@ -72,7 +96,8 @@ class ClassArchive:
             built = str(os.stat(java).st_mtime_ns)
         except OSError:
             built = "?"
-        identity = "\n".join([java, built, pyspark.__version__, os.path.dirname(pyspark.__file__)])
+        home = os.path.dirname(pyspark.__file__)
+        identity = "\n".join([java, built, pyspark.__version__, home, class_path_stamp(Path(home) / "jars")])
         return cls(directory, f"driver-{hashlib.sha256(identity.encode()).hexdigest()[:16]}")
 
     @property

@@ -10,6 +10,8 @@ import time
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from lakecluster import class_archive
 from lakecluster.class_archive import ABANDONED_AFTER_S, ClassArchive, chosen_by_user, keep_at_exit
 from lakecluster.jars import java_tool
@@ -160,3 +162,27 @@ def test_options_that_already_choose_how_classes_are_shared_get_no_archive_of_ou
     for options in ("-Xshare:off", "-XX:SharedArchiveFile=/opt/app.jsa", "-Xmx2g -XX:ArchiveClassesAtExit=/tmp/a.jsa"):
         assert chosen_by_user(options), options
     assert not chosen_by_user("-Dlog4j2.configurationFile=x -XX:TieredStopAtLevel=1")
+
+
+def test_jars_reinstalled_in_place_get_another_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JVM maps an archive only while the class path's jars keep their sizes and times; a
+    reinstall in the same directory (a fresh virtualenv at the same path) must not find the
+    stale archive under its name, or every later start would run without sharing."""
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "a.jar").write_bytes(b"a" * 10)
+    (jars / "b.jar").write_bytes(b"b" * 20)
+    (jars / "notes.txt").write_text("not on the class path")
+    first = class_archive.class_path_stamp(jars)
+    assert class_archive.class_path_stamp(jars) == first
+    (jars / "notes.txt").write_text("changed")
+    assert class_archive.class_path_stamp(jars) == first, "only the jars count"
+    os.utime(jars / "b.jar", ns=(time.time_ns(), time.time_ns() + 10**9))  # same bytes, reinstalled
+    assert class_archive.class_path_stamp(jars) != first
+    # The driver's archive is named for its pyspark's jars as they are now.
+    import pyspark
+
+    assert class_archive.class_path_stamp(Path(pyspark.__file__).parent / "jars") != "?"
+    before = ClassArchive.of(tmp_path / "cds").stem
+    monkeypatch.setattr(class_archive, "class_path_stamp", lambda jars: "the same jars, reinstalled")
+    assert ClassArchive.of(tmp_path / "cds").stem != before
