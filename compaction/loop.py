@@ -435,8 +435,10 @@ class Compactor:
             wait = self.config.compaction.interval_s
             try:
                 self.run_once()
-                self.maybe_vacuum()
+                # Ready once a round was planned and its work committed: a vacuum (minutes on a
+                # big table) never holds readiness back.
                 HEALTH.ready(HEALTH_NAME)
+                self.maybe_vacuum()
                 if backoff.in_episode:
                     log.warning("compactor recovered after %.0fs", backoff.reset())
             except NoBoundariesError as e:

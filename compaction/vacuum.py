@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from lakecluster import metrics, storage
 from lakecluster.config import VacuumConfig
 from lakecluster.errors import RetentionError, TableNotFoundError
+from lakecluster.faults import pause_point
 from lakecluster.table import DeltaLocation, LakeTable
 
 if TYPE_CHECKING:
@@ -105,6 +106,7 @@ def vacuum_all(spark: SparkSession, table: LakeTable, settings: VacuumConfig, *,
                force: bool | None = None, dry_run: bool = False) -> list[VacuumReport]:  # fmt: skip
     """The table and, when it exists, its quarantine table (``settings``: retention and force,
     unless given)."""
+    pause_point("vacuum")
     hours = settings.retention_hours if retention_hours is None else retention_hours
     forced = settings.force if force is None else force
     reports = [vacuum(spark, table.delta, retention_hours=hours, force=forced, dry_run=dry_run)]

@@ -157,6 +157,7 @@ class StreamJob:
 
     def _record(self, report: BatchReport) -> None:
         self.reports.append(report)
+        HEALTH.ready(HEALTH_NAME)  # a micro-batch committed (or found committed already)
         if not report.skipped:
             observe_batch(report)
             if self.max_batches is not None and sum(not r.skipped for r in self.reports) >= self.max_batches:
@@ -235,7 +236,6 @@ class StreamJob:
         backoff = Backoff(self.config.retry)
         while True:
             query = self._start(spark)
-            HEALTH.ready(HEALTH_NAME)
             metrics.STREAM_PROGRESS.set(time.time())
             if self.on_started is not None:
                 started, self.on_started = self.on_started, None
@@ -277,7 +277,8 @@ class StreamJob:
                     query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds; a float works
                 except Exception:
                     break
-                source_wait.observe(query)
+                if source_wait.observe(query) == IDLE:
+                    HEALTH.ready(HEALTH_NAME)  # nothing to read yet: the source is idle, the stream is up
         finally:
             source_wait.end()
             if query.isActive:
@@ -320,6 +321,10 @@ def observe_batch(report: BatchReport) -> None:
         metrics.STREAM_DELAY.observe_many(delays, stamped.values())
 
 
+# Spark's status message when a trigger found no new data in the source.
+IDLE = "Waiting for data to arrive"
+
+
 class SourceWait:
     """Reports a micro-batch stuck getting its source's offsets: Spark's Kafka source blocks while
     the brokers are unreachable (and fails only after several minutes), so without this an outage
@@ -331,22 +336,25 @@ class SourceWait:
         self.reported = False
         self._next_look = 0.0
 
-    def observe(self, query: StreamingQuery) -> None:
+    def observe(self, query: StreamingQuery) -> str | None:
+        """Look at the query (at most once a second); returns its status message (None: not
+        looked, or no status)."""
         now = time.monotonic()
         if now < self._next_look:
-            return
+            return None
         self._next_look = now + 1.0
         try:
             status = query.status
         except Exception as e:  # the query ended meanwhile: the loop sees it next
             log.debug("no status from the query: %s", e)
-            return
-        waiting = bool(status.get("isTriggerActive")) and str(status.get("message", "")).startswith("Getting offsets")
+            return None
+        message = str(status.get("message", ""))
+        waiting = bool(status.get("isTriggerActive")) and message.startswith("Getting offsets")
         if not waiting:
             if self.reported:
                 log.warning("the stream's source answered again after %.0fs", now - (self.since or now))
             self.end()
-            return
+            return message
         if self.since is None:
             self.since = now
         if not self.reported and now - self.since >= self.warning_s:
@@ -355,6 +363,7 @@ class SourceWait:
             metrics.STREAM_WAITING.set(1)
             log.warning("the stream has waited %.0fs for its source (%s): are the brokers reachable?",
                         now - self.since, status.get("message"))  # fmt: skip
+        return message
 
     def end(self) -> None:
         self.since, self.reported = None, False

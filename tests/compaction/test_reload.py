@@ -1,4 +1,6 @@
-"""A running compactor takes new thresholds from its config file, on change or on SIGHUP."""
+"""A running compactor takes new thresholds from its config file, on change or on SIGHUP; probed
+once a second as a kubelet does, it turns ready after its first round, not after the vacuum that
+follows."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL, filled_for_subprocesses
+from tests.probes import Kubelet, assert_ready_before_a_vacuum_ended_and_from_then_on
 from tests.services.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -63,8 +66,11 @@ def test_changed_thresholds_apply_without_a_restart(filled, tmp_path: Path) -> N
     config = tmp_path / "lakecluster.toml"
     config.write_text(_config(table, port, min_input_files=1000))  # more files than the table has: no group
     log = tmp_path / "compact.log"
+    # Each vacuum (the first follows the first round) is held a few seconds.
+    env = subprocess_env(LAKECLUSTER_TEST_PAUSE_AT="vacuum:6")
     proc = subprocess.Popen(lakecluster_cmd("--config", str(config), "--log-level", "INFO", "compact"),
-                            env=subprocess_env(), stdout=log.open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
+                            env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)  # fmt: skip
+    kubelet = Kubelet(port)
     try:
         _wait("the first rounds", lambda: _metrics(port)["lakecluster_compaction_runs"][0].value >= 3)
         assert _thresholds(port)["min_input_files"] == "1000"
@@ -92,7 +98,9 @@ def test_changed_thresholds_apply_without_a_restart(filled, tmp_path: Path) -> N
         assert "compaction.target_file_bytes" in log.read_text().split("configuration not reloaded")[-1]
         assert _thresholds(port)["target_file_bytes"] == "70000"
         assert proc.poll() is None
+        assert_ready_before_a_vacuum_ended_and_from_then_on(kubelet.stop())
     finally:
+        kubelet.stop()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     assert proc.returncode == 0, log.read_text()[-3000:]

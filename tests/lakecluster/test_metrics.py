@@ -1,4 +1,5 @@
-"""`lakecluster run` scraped by a real Prometheus: the numbers it serves agree with the Delta log."""
+"""`lakecluster run` scraped by a real Prometheus: the numbers it serves agree with the Delta log, and
+its `/readyz`, probed once a second as a kubelet does, turns ready without waiting for a vacuum."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from deltalake import DeltaTable
 
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL
+from tests.probes import Kubelet, assert_ready_before_a_vacuum_ended_and_from_then_on
 from tests.prometheus import Prometheus
 
 pytestmark = pytest.mark.integration
 
 ROWS, PER_BATCH = 6000, 2000
+VACUUM_PAUSE_S = 6
 
 
 def log_actions(table: Path) -> tuple[list[list[dict]], list[list[dict]]]:
@@ -60,10 +63,16 @@ def test_prometheus_scrapes_run_and_the_counters_match_the_delta_log(prometheus:
                  "metrics.host": "127.0.0.1", "source.generator.max_rows": str(ROWS),
                  "source.generator.max_rows_per_trigger": str(PER_BATCH)}  # fmt: skip
     args = [f"--set={k}={v}" for k, v in overrides.items()]
-    proc = subprocess.Popen(lakecluster_cmd(*args, "run"), env=subprocess_env(), stdout=subprocess.PIPE,
+    # Each vacuum held for a few seconds: readiness must not wait for it.
+    env = subprocess_env(LAKECLUSTER_TEST_PAUSE_AT=f"vacuum:{VACUUM_PAUSE_S}")
+    proc = subprocess.Popen(lakecluster_cmd(*args, "run"), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    kubelet = Kubelet(prometheus.target_port)
     try:
         wait_until_settled(prometheus, table)
+        # Ready once the first micro-batch and the first round committed, before the first
+        # vacuum ended; and ready at every probe from then on.
+        assert_ready_before_a_vacuum_ended_and_from_then_on(kubelet.stop())
         # Two more scrapes so that every counter, not only the ones polled above, is current.
         time.sleep(2.5)
         stream, compaction = log_actions(table)
@@ -113,6 +122,7 @@ def test_prometheus_scrapes_run_and_the_counters_match_the_delta_log(prometheus:
         # The scrape itself is healthy: Prometheus marks the target up.
         assert prometheus.value('up{job="lakecluster"}') == 1
     finally:
+        kubelet.stop()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]
