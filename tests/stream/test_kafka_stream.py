@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lakecluster.config import load_config
+from lakecluster.health import HEALTH
 from lakecluster.stream.job import SourceWait, StreamJob
 from lakecluster.table import LakeTable
 from tests.conftest import duckdb_connection, read_delta
@@ -86,3 +88,29 @@ def test_max_batches_stops_after_that_many_batches_when_the_next_follows_at_once
 
     assert [r.rows for r in reports if not r.skipped] == [100, 100]
     assert read_delta(table).num_rows == 200
+
+
+def test_a_stream_on_an_empty_topic_turns_ready_without_a_batch(spark, broker: Broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Ready means the stream is up: a first micro-batch committed, or a source with nothing to
+    read (an empty topic runs no micro-batch at all)."""
+    topic = _topic()
+    broker.create_topic(topic, 1)
+    table = tmp_path / "orders"
+    cfg = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table)
+    config = load_config(cfg, overrides={"stream.trigger_interval_s": "0.5"}, environ={})
+    HEALTH.reset()
+    job = StreamJob(config, spark=spark)
+    assert HEALTH.snapshot()["stream"]["ready"] is False, "registered, not ready before it runs"
+    runner = threading.Thread(target=job.run, daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not HEALTH.snapshot()["stream"]["ready"] and runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert HEALTH.snapshot()["stream"]["ready"], "the stream on an empty topic never turned ready"
+        assert not [r for r in job.reports if r.rows], "ready before any row: idle, not a batch"
+    finally:
+        job.request_stop()
+        runner.join(timeout=120)
+        HEALTH.reset()
+    assert not runner.is_alive()
