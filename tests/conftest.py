@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,32 @@ REPO = Path(__file__).resolve().parent.parent
 # the driver's command line.
 if TEST_JIT not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
     os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {TEST_JIT}".strip()
+
+# The driver's class archive, written by a short JVM before the workers start theirs: a JVM that
+# starts without one records its classes for a dump at exit and runs without class sharing until
+# then, and each worker's Spark session lives the whole run (a file of in-process tests: 35 s
+# without the archive, 16 s with it; a fresh clone's suite: 17:12 against 14:04).
+_WRITE_CLASS_ARCHIVE = """
+import tempfile
+from lakecluster.config import SparkConfig
+from lakecluster.spark import get_session
+spark = get_session(SparkConfig(master="local[1]"))
+with tempfile.TemporaryDirectory() as d:  # Delta's classes too: most tests write and read tables
+    spark.range(10).write.format("delta").save(d + "/t")
+    spark.read.format("delta").load(d + "/t").count()
+"""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller has seen to it
+    from lakecluster import jars
+    from lakecluster.class_archive import ClassArchive
+
+    if ClassArchive.of(jars.cache_dir(None) / "cds").path is None:
+        subprocess.run([sys.executable, "-c", _WRITE_CLASS_ARCHIVE], env=subprocess_env(), timeout=900,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # fmt: skip
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Files with integration tests (real services, subprocesses: the long ones) run first, the
