@@ -190,15 +190,17 @@ def add_action_parts(actions: pa.Table, columns: Sequence[ColumnSpec], partition
             stats[col.name] = _partition_stats(col, parts[col.name], value_count)
             continue
         tp = arrow_type(col)
-        nans = _nan_array(col, paths, nan_counts) if nan_counts is not None else pa.nulls(n, pa.int64())
+        nans = _nan_array(col, n, paths, nan_counts)
         stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
                            col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
     return index_parts(columns, files, stats, seed, fids=fids)
 
 
-def _nan_array(col: ColumnSpec, paths: list[str], nan_counts: Mapping[str, Mapping[str, int]] | None) -> pa.Array:
+def _nan_array(col: ColumnSpec, n: int, paths: list[str],
+               nan_counts: Mapping[str, Mapping[str, int]] | None) -> pa.Array:  # fmt: skip
+    """The NaN count of each of ``n`` files (``paths``: needed only with ``nan_counts``); null: unknown."""
     if family(col) != "float" or nan_counts is None:
-        return pa.nulls(len(paths), pa.int64())
+        return pa.nulls(n, pa.int64())
     return pa.array([nan_counts.get(p, {}).get(col.name) for p in paths], pa.int64())
 
 
@@ -229,7 +231,7 @@ def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[Column
         if col.name in partition_by:
             stats[col.name] = _partition_stats(col, parts[col.name], value_count)
             continue
-        stats[col.name] = (parsed[f"null_count.{col.name}"], _nan_array(col, paths, nan_counts),
+        stats[col.name] = (parsed[f"null_count.{col.name}"], _nan_array(col, n, paths, nan_counts),
                            parsed[f"min.{col.name}"], parsed[f"max.{col.name}"])  # fmt: skip
     return index_rows(columns, files, stats, seed)
 
