@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakecluster.jars import java_tool
+from lakecluster.jars import cache_dir, java_tool
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,12 @@ class ClassArchive:
         home = os.path.dirname(pyspark.__file__)
         identity = "\n".join([java, built, pyspark.__version__, home, class_path_stamp(Path(home) / "jars")])
         return cls(directory, f"driver-{hashlib.sha256(identity.encode()).hexdigest()[:16]}")
+
+    @classmethod
+    def in_jars_cache(cls, configured: str | None) -> ClassArchive:
+        """:meth:`of` in the jars cache (``spark.jars_cache``; None: the default), where drivers
+        look for it."""
+        return cls.of(cache_dir(configured) / "cds")
 
     @property
     def path(self) -> Path | None:

@@ -107,7 +107,7 @@ def get_session(
     driver_options = conf.get("spark.driver.extraJavaOptions", "")
     if config.class_archive and starts_jvm and not chosen_by_user(driver_options):
         try:
-            archive = ClassArchive.of(jars.cache_dir(config.jars_cache) / "cds")
+            archive = ClassArchive.in_jars_cache(config.jars_cache)
             options, pending = archive.java_options()
             conf["spark.driver.extraJavaOptions"] = f"{driver_options} {options}".strip()
         except OSError as error:  # a read-only cache: Spark starts as it would without an archive

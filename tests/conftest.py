@@ -43,10 +43,9 @@ with tempfile.TemporaryDirectory() as d:  # Delta's classes too: most tests writ
 def pytest_sessionstart(session: pytest.Session) -> None:
     if hasattr(session.config, "workerinput"):
         return  # an xdist worker: the controller has seen to it
-    from lakecluster import jars
     from lakecluster.class_archive import ClassArchive
 
-    if ClassArchive.of(jars.cache_dir(None) / "cds").path is None:
+    if ClassArchive.in_jars_cache(None).path is None:
         subprocess.run([sys.executable, "-c", _WRITE_CLASS_ARCHIVE], env=subprocess_env(), timeout=900,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # fmt: skip
 
