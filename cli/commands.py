@@ -75,7 +75,8 @@ def _say(args: argparse.Namespace, line: str) -> None:
 
 def stream(ctx: Context) -> int:
     """``lakecluster stream``: ingest until stopped (checks run in ``StreamJob.run`` before Spark)."""
-    from lakecluster.stream.job import StreamJob, install_signal_handlers, progress_printer
+    from lakecluster.shutdown import MARGIN_S, install_signal_handlers
+    from lakecluster.stream.job import StreamJob, progress_printer
 
     args, config = ctx.args, ctx.config
     _serve_metrics(config)
@@ -85,7 +86,7 @@ def stream(ctx: Context) -> int:
                     max_batches=args.max_batches, index_sync=_index_sync)  # fmt: skip
     if _progress(args, config):
         job.on_batch = progress_printer(lag=job.total_lag)
-    install_signal_handlers(job)
+    install_signal_handlers(job.request_stop, what="micro-batch", deadline_s=config.stream.stop_timeout_s + MARGIN_S)
     reports = job.run()
     rows = sum(r.rows for r in reports)
     _say(args, f"lakecluster stream: stopped after {len(reports)} batch(es), {rows:,} rows committed")
@@ -95,7 +96,7 @@ def stream(ctx: Context) -> int:
 def compact(ctx: Context) -> int:
     """``lakecluster compact``: the table must exist (opened before anything else); ``--dry-run`` plans only."""
     from lakecluster.compaction.loop import Compactor, describe_plan
-    from lakecluster.stream.job import install_signal_handlers
+    from lakecluster.shutdown import MARGIN_S, install_signal_handlers
 
     args, config = ctx.args, ctx.config
     compactor = Compactor(config, table=ctx.table)
@@ -109,7 +110,8 @@ def compact(ctx: Context) -> int:
         emit(data, describe_plan(the_plan, config.compaction.target_file_bytes), args.output)
         return 0
     _serve_metrics(config)
-    install_signal_handlers(compactor, what="group")
+    install_signal_handlers(compactor.request_stop, what="group",
+                            deadline_s=config.compaction.stop_timeout_s + MARGIN_S)  # fmt: skip
     compactor.reloader = _reloader(args)
     _on_sighup(compactor.request_reload)
     if args.once:
@@ -135,8 +137,10 @@ def run(ctx: Context) -> int:
     Either one failing for good stops the other and the process exits non-zero.
     """
     from lakecluster.compaction.loop import BackgroundCompactor
+    from lakecluster.health import HEALTH
+    from lakecluster.shutdown import MARGIN_S, install_signal_handlers
     from lakecluster.spark import get_session
-    from lakecluster.stream.job import StreamJob, install_signal_handlers, preflight, progress_printer
+    from lakecluster.stream.job import HEALTH_NAME, StreamJob, preflight, progress_printer
 
     args, config, table = ctx.args, ctx.config, ctx.table
     _serve_metrics(config)
@@ -147,17 +151,26 @@ def run(ctx: Context) -> int:
     progress = _progress(args, config)
     if progress:
         job.on_batch = progress_printer(lag=job.total_lag)
+    # The stream's first micro-batch (or its idle source) before any vacuum: on a few cores a vacuum
+    # beside it would delay the first rows.
     compactor = BackgroundCompactor(config, spark, on_failure=lambda _: job.request_stop(), reloader=_reloader(args),
-                                    on_progress=_print if progress else None, table=table)  # fmt: skip
+                                    on_progress=_print if progress else None, table=table,
+                                    vacuum_allowed=lambda: HEALTH.is_ready(HEALTH_NAME))  # fmt: skip
     job.on_started = compactor.start
     _on_sighup(compactor.request_reload)
-    install_signal_handlers(job)
+    stop_timeout_s = max(config.stream.stop_timeout_s, config.compaction.stop_timeout_s)
+
+    def stop_both() -> None:
+        compactor.stop(timeout_s=0)  # asks only: the main thread waits for it below
+        job.request_stop()
+
+    install_signal_handlers(stop_both, what="micro-batch and group", deadline_s=stop_timeout_s + MARGIN_S)
     _say(args, f"lakecluster run: {ctx.source.describe()} -> {table.uri}, compacting every "
                f"{config.compaction.interval_s:g}s (Ctrl-C stops both)")  # fmt: skip
     try:
         reports = job.run()
     finally:
-        compactor.stop()
+        compactor.stop(timeout_s=stop_timeout_s)
     if compactor.failure is not None:
         error = compactor.failure
         if isinstance(error, LakeclusterError):
@@ -183,13 +196,16 @@ def vacuum(ctx: Context) -> int:
             f"retention {hours:g} h is below {MIN_RETENTION_HOURS:g} h: files a running rewrite or a slow reader "
             "still needs could be deleted; add --force if you are sure"
         )
-    spark = get_session(config.spark, config.storage, s3=table.uses_s3).newSession()
-    reports = vacuum_all(spark, table, config.vacuum, retention_hours=hours, force=force, dry_run=args.dry_run)
+    def session() -> Any:  # started only for a table with a file old enough to go
+        return get_session(config.spark, config.storage, s3=table.uses_s3).newSession()
+
+    reports = vacuum_all(session, table, config.vacuum, retention_hours=hours, force=force, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     lines = []
     for r in reports:
         size = f"{r.bytes / 1e6:,.1f} MB"
-        lines.append(f"{r.table}: {verb} {r.files:,} file(s), {size} (retention {r.retention_hours:g} h)")
+        why = f"; {r.skipped}" if r.skipped else ""
+        lines.append(f"{r.table}: {verb} {r.files:,} file(s), {size} (retention {r.retention_hours:g} h{why})")
         lines.extend(f"  {p}" for p in r.paths[:50])
         if len(r.paths) > 50:
             lines.append(f"  ... and {len(r.paths) - 50:,} more (--output json lists all)")

@@ -7,7 +7,7 @@ are retried with capped backoff; a fault retrying cannot fix stops the loop with
 :class:`FatalServiceError`. A stop request lets the group in flight finish for up to
 ``compaction.stop_timeout_s``, then cancels its Spark jobs: an abandoned rewrite commits nothing,
 and its output files, referenced by no table version, are deleted by vacuum after the retention
-period. Nothing else in the compactor deletes files.
+period. A vacuum in flight is cancelled at once. Nothing else in the compactor deletes files.
 """
 
 from __future__ import annotations
@@ -136,6 +136,9 @@ class Compactor:
         self._job_group: str | None = None
         self._cancelled = threading.Event()  # the stop timeout passed mid-rewrite: abandon it, whatever Spark did
         self.last_vacuum: float | None = None  # the first round vacuums
+        self._vacuum_group: str | None = None  # the Spark job group of the vacuum in flight
+        # Vacuum only once this says yes: ``run`` holds it until the stream has started for real.
+        self.vacuum_allowed: Callable[[], bool] = lambda: True
         self.monitor = TableMonitor(config, table)
         HEALTH.register(HEALTH_NAME)
         metrics.COMPACTION_THRESHOLDS.info(thresholds(config))
@@ -158,9 +161,14 @@ class Compactor:
     # -- stopping -------------------------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Stop after the group in flight, or cancel it after ``compaction.stop_timeout_s``."""
+        """Stop after the group in flight, or cancel it after ``compaction.stop_timeout_s``; a
+        vacuum in flight is cancelled at once (what it has not deleted yet, the next one will)."""
         self._stop.set()
         self._wake.set()
+        vacuum_group = self._vacuum_group
+        if vacuum_group is not None and self._spark is not None:
+            log.warning("stop: cancelling the vacuum in flight")
+            self._spark.sparkContext.cancelJobGroup(vacuum_group)
         threading.Thread(target=self._cancel_after_timeout, daemon=True, name="lakecluster-compact-stop").start()
 
     def _cancel_after_timeout(self) -> None:
@@ -413,7 +421,22 @@ class Compactor:
         interval = self.config.vacuum.interval_s
         if interval <= 0 or (self.last_vacuum is not None and time.monotonic() - self.last_vacuum < interval):
             return
-        vacuum_all(self.spark, self.table, self.config.vacuum)
+        if not self.vacuum_allowed() or self.stopping:
+            return
+        group = f"lakecluster-vacuum-{uuid.uuid4().hex[:8]}"
+
+        def session() -> SparkSession:  # Spark is needed only for a table with a file old enough to go
+            spark = self.spark
+            spark.sparkContext.setJobGroup(group, "vacuum", interruptOnCancel=True)
+            self._vacuum_group = group
+            return spark
+
+        try:
+            vacuum_all(session, self.table, self.config.vacuum)
+        finally:
+            if self._vacuum_group is not None:
+                self._vacuum_group = None
+                self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         self.last_vacuum = time.monotonic()  # after success: a failed vacuum is retried with the round
 
     def run_forever(self) -> None:
@@ -447,6 +470,9 @@ class Compactor:
                 metrics.COMPACTION_LAST_SUCCESS.set(time.time())
                 log.info("waiting: %s", e)
             except Exception as e:
+                if self.stopping:  # work cancelled by the stop, not a failure
+                    log.info("stop: the round in flight was abandoned (%s)", first_line(f"{type(e).__name__}: {e}"))
+                    break
                 text = f"{type(e).__name__}: {e}"
                 kind = classify(text)
                 metrics.SERVICE_FAILURES.labels("compactor", kind).inc()
@@ -474,8 +500,10 @@ class BackgroundCompactor:
     def __init__(self, config: Config, spark: SparkSession | None = None,
                  on_failure: Callable[[BaseException], None] | None = None,
                  reloader: ThresholdReloader | None = None,
-                 on_progress: Callable[[str], None] | None = None, table: LakeTable | None = None) -> None:  # fmt: skip
+                 on_progress: Callable[[str], None] | None = None, table: LakeTable | None = None,
+                 vacuum_allowed: Callable[[], bool] | None = None) -> None:  # fmt: skip
         self.config = config
+        self.vacuum_allowed = vacuum_allowed
         self.table = table
         self.spark = spark
         self.on_failure = on_failure
@@ -491,6 +519,8 @@ class BackgroundCompactor:
             self._compactor = Compactor(self.config, table=self.table, spark=self.spark)
             self._compactor.reloader = self.reloader
             self._compactor.on_progress = self.on_progress
+            if self.vacuum_allowed is not None:
+                self._compactor.vacuum_allowed = self.vacuum_allowed
             if self._stop.is_set():
                 return
             self._compactor.run_forever()

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
+import pyarrow.fs as pafs
+from pyspark.sql import SparkSession
 
 from lakecluster import metrics, storage
 from lakecluster.config import VacuumConfig
@@ -24,10 +27,11 @@ from lakecluster.errors import RetentionError, TableNotFoundError
 from lakecluster.faults import pause_point
 from lakecluster.table import DeltaLocation, LakeTable
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 log = logging.getLogger(__name__)
+
+# A vacuum that would delete nothing is still run when the table's log shows no finished vacuum
+# this recent: the alert on vacuums fires after two days without one.
+RECORD_EVERY_S = 86_400.0
 
 
 @dataclass
@@ -39,11 +43,18 @@ class VacuumReport:
     bytes: int = 0
     seconds: float = 0.0
     paths: list[str] = field(default_factory=list)  # with dry_run: what would be deleted
+    skipped: str = ""  # why Delta's VACUUM was not run (it would have deleted nothing)
 
 
-def vacuum(spark: SparkSession, location: DeltaLocation, *, retention_hours: float, force: bool = False,
-           dry_run: bool = False) -> VacuumReport:  # fmt: skip
-    """VACUUM one table (``spark`` should be a session of its own: settings are changed on it).
+def vacuum(spark: SparkSession | Callable[[], SparkSession], location: DeltaLocation, *, retention_hours: float,
+           force: bool = False, dry_run: bool = False, may_skip: bool = False) -> VacuumReport:  # fmt: skip
+    """VACUUM one table.
+
+    Args:
+        spark: a session of its own (settings are changed on it), or what makes one: a vacuum
+            skipped by ``may_skip`` starts no Spark.
+        may_skip: do not run Delta's VACUUM when no file of the table is older than the
+            retention's cutoff (it would delete nothing).
 
     Raises:
         RetentionError: the retention is not a whole number of hours.
@@ -55,6 +66,16 @@ def vacuum(spark: SparkSession, location: DeltaLocation, *, retention_hours: flo
         raise TableNotFoundError(uri)
     started = time.monotonic()
     report = VacuumReport(uri, retention_hours, dry_run)
+    if may_skip and not any_file_before(location, time.time() - retention_hours * 3600):
+        report.skipped = f"no file older than the retention of {retention_hours:g} h"
+        report.seconds = time.monotonic() - started
+        if not dry_run:
+            metrics.VACUUM_RUNS.inc()
+            metrics.VACUUM_LAST_SUCCESS.set(time.time())
+        log.info("vacuum %s: nothing to delete (%s) in %.1fs", uri, report.skipped, report.seconds)
+        return report
+    if not isinstance(spark, SparkSession):
+        spark = spark()
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false" if force else "true")
     spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
     # Delta 4 ignores ``RETAIN n HOURS`` unless n is 0 (the table's delta.deletedFileRetentionDuration
@@ -80,6 +101,32 @@ def vacuum(spark: SparkSession, location: DeltaLocation, *, retention_hours: flo
     return report
 
 
+def any_file_before(location: DeltaLocation, cutoff: float) -> bool:
+    """Whether a file Delta's VACUUM would consider was last modified before ``cutoff`` (seconds
+    since the epoch). Walks the table's directories as VACUUM lists them (skipping the hidden ones:
+    the log, lakecluster's own) and stops at the first such file."""
+    pending = [location.root]
+    while pending:
+        infos = location.fs.get_file_info(pafs.FileSelector(pending.pop(), allow_not_found=True))
+        for info in infos:
+            if _hidden(info.base_name):
+                continue
+            if info.type == pafs.FileType.Directory:
+                pending.append(info.path)
+            elif info.mtime is None or info.mtime.timestamp() < cutoff:
+                return True
+    return False
+
+
+def _hidden(name: str) -> bool:
+    """Delta's rule for names VACUUM never lists (``DeltaTableUtils.isHiddenDirectory``), but
+    leaving partition directories (``_c=1``) and change data in: a name kept in by mistake can only
+    make a vacuum run, never skip one it needed."""
+    if "=" in name or name.startswith(("_change_data", "_delta_index")):
+        return False
+    return name.startswith(("_", "."))
+
+
 def check_whole_hours(retention_hours: float) -> None:
     """Delta's VACUUM rounds its retention to whole hours (``math.round``): 0.4 h would become 0 and
     delete files that a concurrent writer committed after the vacuum read the table. A fractional
@@ -102,14 +149,42 @@ def _deleted(location: DeltaLocation, before: int) -> tuple[int, int]:
     return files, size
 
 
-def vacuum_all(spark: SparkSession, table: LakeTable, settings: VacuumConfig, *, retention_hours: float | None = None,
-               force: bool | None = None, dry_run: bool = False) -> list[VacuumReport]:  # fmt: skip
+def vacuum_all(spark: SparkSession | Callable[[], SparkSession], table: LakeTable, settings: VacuumConfig, *,
+               retention_hours: float | None = None, force: bool | None = None,
+               dry_run: bool = False) -> list[VacuumReport]:  # fmt: skip
     """The table and, when it exists, its quarantine table (``settings``: retention and force,
-    unless given)."""
+    unless given). Spark starts (``spark`` may be what makes a session) only for a table with a
+    file old enough to be deleted."""
     pause_point("vacuum")
     hours = settings.retention_hours if retention_hours is None else retention_hours
     forced = settings.force if force is None else force
-    reports = [vacuum(spark, table.delta, retention_hours=hours, force=forced, dry_run=dry_run)]
+    session = _once(spark)
+    reports = [vacuum(session, table.delta, retention_hours=hours, force=forced, dry_run=dry_run,
+                      may_skip=recently_recorded(table))]  # fmt: skip
     if table.quarantine.exists():
-        reports.append(vacuum(spark, table.quarantine, retention_hours=hours, force=forced, dry_run=dry_run))
+        # The alert watches the table's log, not the quarantine table's.
+        reports.append(vacuum(session, table.quarantine, retention_hours=hours, force=forced, dry_run=dry_run,
+                              may_skip=True))  # fmt: skip
     return reports
+
+
+def recently_recorded(table: LakeTable, within_s: float = RECORD_EVERY_S) -> bool:
+    """Whether the table's log shows a finished vacuum, or else the table's creation, within
+    ``within_s``: the same commit ``lakecluster_table_last_vacuum_timestamp_seconds`` reports."""
+    history = table.history()
+    stamp = history.last_vacuum.timestamp_ms if history.last_vacuum is not None else history.oldest_commit_ms
+    return stamp is not None and time.time() - stamp / 1000 < within_s
+
+
+def _once(spark: SparkSession | Callable[[], SparkSession]) -> Callable[[], SparkSession]:
+    """``spark``, or the session it makes, made at most once."""
+    made: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if isinstance(spark, SparkSession):
+            return spark
+        if not made:
+            made.append(spark())
+        return made[0]
+
+    return session

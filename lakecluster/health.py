@@ -50,9 +50,12 @@ class Health:
         with self._lock:
             return all(s.failed is None for s in self._components.values())
 
-    def is_ready(self) -> bool:
+    def is_ready(self, name: str | None = None) -> bool:
+        """Every component ready and none failed; with ``name``, that component."""
         with self._lock:
-            return bool(self._components) and all(s.ready and s.failed is None for s in self._components.values())
+            states = list(self._components.values()) if name is None else [
+                s for n, s in self._components.items() if n == name]  # fmt: skip
+            return bool(states) and all(s.ready and s.failed is None for s in states)
 
     def reset(self) -> None:
         """Forget every component (tests running several services in one process)."""

@@ -4,7 +4,6 @@ supervision (transient faults retried with backoff, fatal ones raised), clean st
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -173,8 +172,9 @@ class StreamJob:
         return self.source.lag()
 
     def request_stop(self) -> None:
-        """Finish the micro-batch in progress, then stop (safe from a signal handler thread)."""
-        self._gate.request_stop()
+        """Finish the micro-batch in progress, then stop (safe from a signal handler thread); a
+        micro-batch still running after ``stream.stop_timeout_s`` is abandoned (it is replayed)."""
+        self._gate.request_stop(self.config.stream.stop_timeout_s)
 
     @property
     def stopping(self) -> bool:
@@ -282,7 +282,9 @@ class StreamJob:
         finally:
             source_wait.end()
             if query.isActive:
-                self._gate.request_stop()
+                # Abandoned after the timeout: its files were never committed (vacuum deletes
+                # them), and a commit it made is skipped when the batch is replayed.
+                self._gate.request_stop(self.config.stream.stop_timeout_s)
                 query.stop()
         if lease.lost.is_set():
             HEALTH.failed(HEALTH_NAME, f"lost the stream's lease {lease.uri}")
@@ -376,24 +378,6 @@ def _error_text(exc: Any) -> str:
     return f"{exc}\n{message}"
 
 
-def install_signal_handlers(job: Any, *, what: str = "micro-batch") -> None:
-    """First SIGTERM / Ctrl-C: finish the current work, then stop. A second one: stop at once."""
-    seen = {"n": 0}
-
-    def handler(signum: int, frame: Any) -> None:
-        seen["n"] += 1
-        if seen["n"] > 1:
-            log.warning("second %s: stopping now", signal.Signals(signum).name)
-            import os
-
-            os._exit(130)
-        log.warning("received %s: stopping after the current %s", signal.Signals(signum).name, what)
-        threading.Thread(target=job.request_stop, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
 def progress_printer(start: float | None = None, lag: Callable[[], int | None] | None = None,
                      ) -> Callable[[BatchReport], None]:  # fmt: skip
     """A line per micro-batch on stdout: its rows, rows/s, files and quarantined records, the totals,
@@ -421,4 +405,4 @@ def progress_printer(start: float | None = None, lag: Callable[[], int | None] |
     return show
 
 
-__all__ = ["LakeclusterError", "StreamJob", "install_signal_handlers", "preflight", "progress_printer"]
+__all__ = ["LakeclusterError", "StreamJob", "preflight", "progress_printer"]

@@ -144,6 +144,8 @@ class StreamConfig:
     source_wait_warning_s: float = 60.0
     # Consumer lag (brokers' end offsets minus the table's committed offsets) is measured this often; 0: off.
     lag_interval_s: float = 15.0
+    # On SIGTERM / Ctrl-C, how long the micro-batch in flight may take to commit before it is abandoned.
+    stop_timeout_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ class CompactionConfig:
     min_input_files: int = 4
     merge_fanout: int = 4
     max_generation: int = 6
-    stop_timeout_s: float = 30.0
+    stop_timeout_s: float = 10.0
 
     def weights(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.column_weights.items()}

@@ -35,6 +35,8 @@ def validate(config: Config) -> None:
     if s.write_buffer_bytes < 1 << 20:
         raise ConfigError("stream.write_buffer_bytes", f"must be >= 1048576 (1 MiB), got {s.write_buffer_bytes}")
     _positive("stream.source_wait_warning_s", s.source_wait_warning_s)
+    if s.stop_timeout_s < 0:
+        raise ConfigError("stream.stop_timeout_s", "must be >= 0 (0: abandon the micro-batch in flight at once)")
     if s.lag_interval_s < 0:
         raise ConfigError("stream.lag_interval_s", "must be >= 0 (0: off)")
     if s.id is not None and not _STREAM_ID.match(s.id):
@@ -154,8 +156,10 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         if not ok:
             raise ConfigError(f"compaction.column_weights.{name}", f"must be a number > 0, got {value!r}")
     for key in ("interval_s", "target_file_bytes", "min_file_bytes", "max_group_bytes", "max_groups_per_run",
-                "min_input_files", "max_generation", "stop_timeout_s"):  # fmt: skip
+                "min_input_files", "max_generation"):  # fmt: skip
         _positive(f"compaction.{key}", getattr(c, key))
+    if c.stop_timeout_s < 0:
+        raise ConfigError("compaction.stop_timeout_s", "must be >= 0 (0: abandon the group in flight at once)")
     if c.min_file_bytes > c.target_file_bytes:
         raise ConfigError("compaction.min_file_bytes", "must be <= compaction.target_file_bytes")
     if c.max_group_bytes < c.target_file_bytes:

@@ -115,6 +115,16 @@ class LakeTable:
                            legacy=self.filesystem(self.paths.sketches(None))[1], stream_id=stream_id,
                            local=is_local(self.uri))  # fmt: skip
 
+    def history(self) -> CommitHistory:
+        """The table's newest rewrite, vacuum and stream commits, read up to its latest version
+        (kept: a later call reads only the commits since)."""
+        version = self.live_files().snapshot()[0]
+        with self._lock:
+            if self._history is None:
+                self._history = CommitHistory(self.delta)
+            history = self._history
+        return history.up_to(version)
+
     def state(self, *, backlog: BacklogOf | None = None, index: Callable[[], IndexState] | None = None,
               small_file_bytes: int | None = None) -> TableState:  # fmt: skip
         """The table's facts now, as one record (``status``, ``report`` and the table gauges show it).
