@@ -226,7 +226,7 @@ def one_query(spark, con, spec, table: Path, everything, where: str) -> dict:  #
         return con.execute(sql).fetchone()
 
     def pruned_duck() -> tuple:
-        r = prune(spec, where, sync_first=False)
+        r = prune(spec, where, index="stored")
         return duck(r.paths) if r.paths else (0, None)
 
     def spark_count(result) -> int:  # type: ignore[no-untyped-def]
@@ -236,7 +236,7 @@ def one_query(spark, con, spec, table: Path, everything, where: str) -> dict:  #
     full = [timed(lambda: duck(everything.paths)) for _ in range(5)]
     pruned = [timed(pruned_duck) for _ in range(5)]
     spark_full = [timed(lambda: spark_count(everything)) for _ in range(3)]
-    spark_pruned = [timed(lambda: spark_count(prune(spec, where, sync_first=False))) for _ in range(3)]
+    spark_pruned = [timed(lambda: spark_count(prune(spec, where, index="stored"))) for _ in range(3)]
     assert full[0][0] == pruned[0][0], (where, full[0][0], pruned[0][0])
     assert spark_full[0][0] == spark_pruned[0][0] == full[0][0][0]
     return {

@@ -1,12 +1,14 @@
-"""The subcommands. Read-only ones (``compact --dry-run``, ``explain``, ``boundaries``, ``index show``,
-``vacuum --dry-run``) never create anything: a missing table is a one-line error, raised before Spark
-starts. ``config`` does not look at the table at all. Everything that can be checked without Spark
-(metrics port, table location, schema, broker) is checked before Spark starts."""
+"""The subcommands. Read-only ones (``status``, ``compact --dry-run``, ``explain`` without ``--sync``,
+``boundaries``, ``tune``, ``report``, ``index show``, ``vacuum --dry-run``, ``config``) never write to
+the table; a missing table is a one-line error, raised before Spark starts. ``config`` does not look
+at the table at all. Everything that can be checked without Spark (metrics port, table location,
+schema, broker) is checked before Spark starts."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from lakecluster import metrics
@@ -270,13 +272,17 @@ def index(ctx: Context) -> int:
 
 
 def explain(ctx: Context) -> int:
-    """``lakecluster explain --where``: files a predicate must read, from the column-stats index."""
+    """``lakecluster explain --where``: files a predicate must read, from the column-stats index and
+    the commits it lacks (read from the log; the index is written only with ``--sync``)."""
     from lakecluster.index.explain import explain as run_explain
     from lakecluster.index.explain import format_text
     from lakecluster.index.spec import IndexSpec
 
     args = ctx.args
-    rep = run_explain(IndexSpec.of(_existing(ctx.table)), args.where, sync_first=not args.no_sync)
+    if args.no_sync:  # the old flag asked for what is now the default; scripts using it keep working
+        print("lakecluster: explain --no-sync is the default now (explain writes nothing; --sync updates the "
+              "index first); drop the flag", file=sys.stderr, flush=True)  # fmt: skip
+    rep = run_explain(IndexSpec.of(_existing(ctx.table)), args.where, sync=args.sync)
     emit(rep, format_text(rep), args.output)
     return 0
 

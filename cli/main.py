@@ -90,7 +90,11 @@ def parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="files a where-clause must read and how many it skips, per conjunct")
     e.add_argument("--where", required=True, help="e.g. \"s_city = 'UNITED KI1' AND d_year >= 1995\"")
-    e.add_argument("--no-sync", action="store_true", help="fail instead of syncing a stale index first")
+    fresh = e.add_mutually_exclusive_group()
+    fresh.add_argument("--sync", action="store_true",
+                       help="write: bring the stored index up to date first (default: read the commits it lacks "
+                       "from the Delta log, write nothing)")  # fmt: skip
+    fresh.add_argument("--no-sync", action="store_true", help=argparse.SUPPRESS)  # the default now; still accepted
 
     st = sub.add_parser("status", help="one screen about the table: files, clustering, index, compaction, vacuum, lag")
     st.add_argument("--lag-timeout", type=float, default=5.0, metavar="SECONDS",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from lakecluster.cli.stream_progress import batch_progress, format_progress
 from lakecluster.compaction.monitor import observe
 from lakecluster.plots import human_bytes
 from lakecluster.stream.source import Source
@@ -63,7 +64,8 @@ def status_data(s: TableState, now: float) -> dict[str, Any]:
     else:
         behind = None if idx.version is None else s.version - idx.version
         out["index"] = {"delta_version": idx.version, "versions_behind": behind}
-    out["streams"] = {stream: {"version": c.version, "seconds_ago": _seconds_ago(c.timestamp_ms, now)}
+    out["streams"] = {stream: {"version": c.version, "seconds_ago": _seconds_ago(c.timestamp_ms, now),
+                               "last_batch": batch_progress(c)}
                       for stream, c in sorted(s.streams.items(), key=lambda kv: -kv[1].version)}  # fmt: skip
     return out
 
@@ -117,6 +119,7 @@ def format_text(s: dict[str, Any]) -> str:
     lines.append("vacuum     " + ("never" if vac is None else f"version {vac['version']}, {_ago(vac['seconds_ago'])}"))
     for stream, info in s["streams"].items():
         lines.append(f"stream     {stream}: last commit version {info['version']}, {_ago(info['seconds_ago'])}")
+        lines.extend(format_progress(stream, info["last_batch"]))
     if "lag" in s:
         lag = s["lag"]
         if "error" in lag:

@@ -12,8 +12,10 @@ def _pct(part: int, whole: int) -> float:
     return round(100.0 * part / whole, 2) if whole else 0.0
 
 
-def explain(spec: IndexSpec, where: str, *, sync_first: bool = True) -> dict[str, Any]:
-    return report(prune(spec, where, sync_first=sync_first), spec.table_uri)
+def explain(spec: IndexSpec, where: str, *, sync: bool = False) -> dict[str, Any]:
+    """The report of ``prune`` at the table's latest version; the index is written only with ``sync``
+    (otherwise the commits it lacks are read from the Delta log, in memory)."""
+    return report(prune(spec, where, index="sync" if sync else "latest"), spec.table_uri)
 
 
 def report(r: PruneResult, table: str) -> dict[str, Any]:
@@ -25,6 +27,8 @@ def report(r: PruneResult, table: str) -> dict[str, Any]:
         "bytes_total": r.bytes_total, "bytes_to_read": read_bytes, "bytes_skipped": r.bytes_total - read_bytes,
         "bytes_skipped_pct": _pct(r.bytes_total - read_bytes, r.bytes_total),
         "index_columns_read": r.columns_read, "index_bytes_read": r.index_bytes_read,
+        "index": {"delta_version": r.index_version, "commits_from_log": r.commits_from_log,
+                  "built_in_memory": r.built_in_memory or None},
         "conjuncts": [
             {"conjunct": c.text, "files_to_read": c.files, "files_skipped": r.files_total - c.files,
              "skipped_pct": _pct(r.files_total - c.files, r.files_total),
@@ -38,6 +42,17 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def _freshness(idx: dict[str, Any]) -> str:
+    """Where the answer's file stats came from, and that nothing was written."""
+    if idx["built_in_memory"]:
+        return (f"index: built from the Delta log in memory ({idx['built_in_memory']}); not written: "
+                "`lakecluster index sync` or `explain --sync` stores it")
+    if idx["commits_from_log"]:
+        return (f"index: at version {idx['delta_version']}, {idx['commits_from_log']} newer commit(s) read from the "
+                "Delta log in memory; not written: `lakecluster index sync` or `explain --sync` stores them")
+    return f"index: at version {idx['delta_version']}, up to date"
+
+
 def format_text(rep: dict[str, Any]) -> str:
     lines = [
         f"table {rep['table']} at version {rep['version']}",
@@ -47,6 +62,7 @@ def format_text(rep: dict[str, Any]) -> str:
         f"bytes: {_mb(rep['bytes_total'])} total, {_mb(rep['bytes_skipped'])} skipped "
         f"({rep['bytes_skipped_pct']:.1f}%)",
         f"index: read {_mb(rep['index_bytes_read'])} for column(s) {', '.join(rep['index_columns_read'])}",
+        _freshness(rep["index"]),
         "per conjunct (alone):",
     ]
     width = max((len(c["conjunct"]) for c in rep["conjuncts"]), default=10)

@@ -33,7 +33,8 @@ from lakecluster.errors import PredicateError, StatsIndexError
 from lakecluster.index.encoding import NAN_KEY, PREFIX_END, encode_value, exact_value, family, scale
 from lakecluster.index.file_ids import find
 from lakecluster.index.spec import IndexSpec
-from lakecluster.index.sync import is_current, store_for, sync
+from lakecluster.index.sync import is_current, sync
+from lakecluster.index.view import IndexView
 from lakecluster.schema import ColumnSpec
 from lakecluster.table import LakeTable
 
@@ -262,6 +263,9 @@ class PruneResult:
     conjuncts: list[ConjunctResult] = field(default_factory=list)
     index_bytes_read: int = 0
     columns_read: list[str] = field(default_factory=list)
+    index_version: int | None = None  # the stored index's version (None: none was read)
+    commits_from_log: int = 0  # commits after it, read from the Delta log and applied in memory
+    built_in_memory: str = ""  # why the whole index was built from the log in memory ("": it was not)
 
     @property
     def paths(self) -> list[str]:
@@ -285,66 +289,78 @@ def evaluate(expr: P.Expr, indexed: Sequence[ColumnSpec], entries_by_column: dic
     return np.logical_and.reduce(masks) if masks else np.ones(n, bool), masks
 
 
-def prune(target: IndexSpec | LakeTable | str, where: str, *, sync_first: bool = True) -> PruneResult:
+INDEX_READS = ("latest", "sync", "stored")
+
+
+def prune(target: IndexSpec | LakeTable | str, where: str, *, index: str = "latest") -> PruneResult:
     """The files of a table that may hold rows matching ``where``, and how many were skipped.
 
-    With ``sync_first`` (default) the index is first brought to the table's latest version: a
-    file the index has not seen yet must never be skipped. Without it a stale index is an error.
+    A file the index has not seen yet must never be skipped, so the answer reflects the table's
+    latest version unless ``index`` is ``"stored"``.
 
     Args:
         target: the index; a table handle (its configured index); or a table's location (its
             index with the default settings, under ``<table>/_lakecluster/index``).
         where: a SQL where-clause over the table's columns (``lakecluster.predicate``).
-        sync_first: sync the index first (else a stale index raises).
+        index: ``"latest"`` (default): the stored index with the commits after its version read
+            from the Delta log and applied in memory (built in memory when a sync would rebuild
+            it); writes nothing. ``"sync"``: sync the stored index first (writes it), then read it.
+            ``"stored"``: the stored index only; a stale or missing one is an error.
 
     Returns:
         The files to read and, per top-level conjunct, the files it alone keeps.
 
     Raises:
         PredicateError: ``where`` does not parse or names an unknown column.
-        StatsIndexError: there is no index (``sync_first=False``), it is behind the table, or it
+        StatsIndexError: with ``index="stored"``: there is no index, it is behind the table, or it
             is in a format this code does not read (a sync rebuilds it).
     """
+    if index not in INDEX_READS:
+        raise ValueError(f"index must be one of {', '.join(INDEX_READS)}, got {index!r}")
     if isinstance(target, str):
         spec = IndexSpec.for_location(LakeTable.at(target))
     elif isinstance(target, LakeTable):
         spec = IndexSpec.of(target)
     else:
         spec = target
-    if sync_first:
-        sync(spec)
-    elif not is_current(spec):
-        raise StatsIndexError(f"the index of {spec.table_uri} is behind the table; run `lakecluster index sync`")
+    if index == "sync":
+        sync(spec)  # then read as "latest": commits that land meanwhile are still seen
+    if index != "stored":
+        view = IndexView.latest(spec)
+    else:
+        if not is_current(spec):
+            raise StatsIndexError(f"the index of {spec.table_uri} is behind the table; run `lakecluster index sync`")
+        stored = IndexView.stored(spec)
+        if stored is None:
+            raise StatsIndexError(f"no index under {spec.index_path}")
+        view = stored
     started = time.monotonic()
-    result = _prune(spec, where)
+    result = _prune(view, where)
     metrics.INDEX_PRUNE_SECONDS.observe(time.monotonic() - started)
     return result
 
 
-def _prune(spec: IndexSpec, where: str) -> PruneResult:
-    store = store_for(spec)
-    manifest = store.manifest()
-    if manifest is None:
-        raise StatsIndexError(f"no index under {spec.index_path}")
-    expr = P.parse(where, manifest.columns())
-    indexed = manifest.indexed_columns()
+def _prune(view: IndexView, where: str) -> PruneResult:
+    expr = P.parse(where, view.columns())
+    indexed = view.indexed_columns()
     indexed_names = {c.name for c in indexed}
     wanted = [c for c in P.columns_of(expr) if c in indexed_names]
     # The live files' numbers and counts; paths and partitions only for the files kept.
-    live = store.read_live(["size_bytes", "value_count"], manifest=manifest)
+    live = view.read_live(["size_bytes", "value_count"])
     files = live.rows
-    reads = {name: store.read_entries(name, manifest=manifest) for name in wanted}
+    reads = {name: view.read_entries(name) for name in wanted}
     mask, masks = evaluate(expr, indexed, {name: r.rows for name, r in reads.items()}, files)
     sizes = files["size_bytes"].to_numpy(zero_copy_only=False) if files.num_rows else np.zeros(0)
     kept = files.filter(pa.array(mask))
-    named = store.files_of(kept["fid"].to_numpy(), manifest=manifest)
+    named = view.files_of(kept["fid"].to_numpy())
     kept = pa.table({"file": named.rows["file"], "partition": named.rows["partition"],
                      "size_bytes": kept["size_bytes"], "value_count": kept["value_count"]})  # fmt: skip
     result = PruneResult(
-        where, manifest.delta_version, kept, files.num_rows, int(sizes.sum()),
+        where, view.version, kept, files.num_rows, int(sizes.sum()),
         int(pc.sum(files["value_count"]).as_py() or 0),
         index_bytes_read=live.bytes_read + named.bytes_read + sum(r.bytes_read for r in reads.values()),
-        columns_read=wanted,
+        columns_read=wanted, index_version=view.manifest.delta_version if view.store is not None else None,
+        commits_from_log=view.commits_from_log, built_in_memory=view.rebuilt,
     )  # fmt: skip
     for conjunct, m in zip(P.conjuncts(expr), masks, strict=True):
         text = where[conjunct.span[0] : conjunct.span[1]]

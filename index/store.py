@@ -409,14 +409,14 @@ class IndexStore:
             nbytes, groups = nbytes + b, groups + g
         if not parts:  # a manifest naming no data file: an empty index
             return pa.schema([ROW_SCHEMA.field(c) for c in ("fid", *fields)]).empty_table(), nbytes, groups
-        newest = _newest_per_fid(parts)
+        newest = newest_per_fid(parts)
         if column != FILE_ROWS:
             # Only the live files' entries: aligned with the live files row for row (what prune
             # evaluates on); the next manifest's answer built on this one stays right, since a
             # file live then and not removed since keeps its entry here.
             live, b, g = self._live_files(manifest, [])
             nbytes, groups = nbytes + b, groups + g
-            newest = _restricted(newest, live["fid"].to_numpy())
+            newest = restricted_to(newest, live["fid"].to_numpy())
         _PARTS.put((*key, files), newest)
         return newest, nbytes, groups
 
@@ -622,7 +622,7 @@ def _numbered(rows: pa.Table, seq: int) -> pa.Table:
     return rows.append_column("_seq", pa.array(np.full(rows.num_rows, seq, dtype=np.int32)))
 
 
-def _newest_per_fid(parts: Sequence[pa.Table]) -> pa.Table:
+def newest_per_fid(parts: Sequence[pa.Table]) -> pa.Table:
     """Per fid, the row of the newest part holding it (parts oldest first), sorted by fid.
 
     The oldest part (the base) holds nearly every row: rather than sorting them all, its rows
@@ -651,7 +651,7 @@ def _newest_per_fid(parts: Sequence[pa.Table]) -> pa.Table:
     return both.take(pa.array(order))
 
 
-def _restricted(rows: pa.Table, fids: np.ndarray) -> pa.Table:
+def restricted_to(rows: pa.Table, fids: np.ndarray) -> pa.Table:
     """The rows (sorted by fid) whose fid is one of ``fids`` (sorted)."""
     have = rows["fid"].to_numpy()
     if len(have) == len(fids) and (have == fids).all():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,6 +99,29 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested", *, seed: i
     """
     spec = _spec(target)
     started = time.monotonic()
+    built = build(spec, seed=seed)
+    published = store_for(spec).replace(built.parts, built.manifest, num_rows=built.num_rows)
+    if not published.published:
+        reason = f"{reason}; not published: {published.reason}"
+    version = built.manifest.delta_version
+    log.info("index of %s rebuilt at version %d (%s): %d files", spec.table_uri, version, reason, built.files)
+    return SyncResult("rebuild", None, version, built.files, 0, time.monotonic() - started, reason,
+                      published.published)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Built:
+    """A whole index built from the table's snapshot, not written yet: the manifest to publish it
+    under (no data files named) and its rows as parts in the key's order."""
+
+    manifest: Manifest
+    parts: Iterator[pa.Table]
+    num_rows: int
+    files: int
+
+
+def build(spec: IndexSpec, *, seed: int = 0) -> Built:
+    """The index of the table's current snapshot, its files numbered from ``seed`` (read only)."""
     version, columns, partition_by, indexed, actions = _snapshot(spec)
     seed, fids = distinct_seed(actions["path"], seed)
     nans = None
@@ -107,13 +131,7 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested", *, seed: i
     manifest = Manifest(version, [{"name": c.name, "type": c.type} for c in columns],
                         [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed)  # fmt: skip
     rows = actions.num_rows * (1 + len(indexed))  # a file row and an entry per indexed column, per file
-    published = store_for(spec).replace(parts, manifest, num_rows=rows)
-    if not published.published:
-        reason = f"{reason}; not published: {published.reason}"
-    log.info("index of %s rebuilt at version %d (%s): %d files", spec.table_uri, version, reason,
-             actions.num_rows)  # fmt: skip
-    return SyncResult("rebuild", None, version, actions.num_rows, 0, time.monotonic() - started, reason,
-                      published.published)  # fmt: skip
+    return Built(manifest, parts, rows, actions.num_rows)
 
 
 def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], tuple[ColumnSpec, ...], pa.Table]:
@@ -193,27 +211,51 @@ def sync(target: IndexSpec | LakeTable) -> SyncResult:
     return result
 
 
-def _sync(spec: IndexSpec) -> SyncResult:
-    started = time.monotonic()  # the files of the manifest read next are safe for the grace period from here
-    store = store_for(spec)
+@dataclass(frozen=True)
+class Pending:
+    """What the index under ``manifest`` lacks: the rows a sync appends as a segment (the added
+    files' rows, the removed files' tombstones) to bring it to Delta ``version``."""
+
+    manifest: Manifest
+    version: int
+    rows: pa.Table
+    files_added: int
+    files_removed: int
+
+
+class RebuildNeeded(StatsIndexError):
+    """The index cannot be brought up to date by a segment (``reason``); a rebuild numbers the
+    files from ``seed``."""
+
+    def __init__(self, reason: str, seed: int = 0) -> None:
+        super().__init__(reason)
+        self.reason, self.seed = reason, seed
+
+
+def pending(spec: IndexSpec, store: IndexStore) -> Pending:
+    """The rows the stored index lacks, read from the commits after its version (nothing is written).
+
+    Raises:
+        RebuildNeeded: there is no index, it is unreadable, it was built with other settings, a
+            commit it needs is gone or changed the table's metadata, or a new file's number clashes.
+    """
     try:
         manifest = store.manifest()
     except StatsIndexError as e:
-        return rebuild(spec, str(e))
+        raise RebuildNeeded(str(e)) from None
     if manifest is None:
-        return rebuild(spec, "no index yet")
+        raise RebuildNeeded("no index yet")
     if manifest.fingerprint != spec.fingerprint():
-        return rebuild(spec, "index settings changed")
+        raise RebuildNeeded("index settings changed")
     try:
         commits = pending_commits(spec, manifest)
-        if not commits:
-            return SyncResult("current", manifest.delta_version, manifest.delta_version, 0, 0,
-                              time.monotonic() - started)  # fmt: skip
         changes = NetChanges.of(commits)
     except LogGap as e:
-        return rebuild(spec, str(e))
+        raise RebuildNeeded(str(e)) from None
     except (ValueError, KeyError) as e:
-        return rebuild(spec, f"a commit could not be read: {e}")
+        raise RebuildNeeded(f"a commit could not be read: {e}") from None
+    if not commits:
+        return Pending(manifest, manifest.delta_version, pa.table({}), 0, 0)
     indexed = manifest.indexed_columns()
     added, removed = changes.added, changes.removed
     delta = spec.table.delta
@@ -222,18 +264,32 @@ def _sync(spec: IndexSpec) -> SyncResult:
     try:
         clash = _number_clash(store, manifest, adds)
     except StatsIndexError as e:  # a data file of the manifest is missing: only a rebuild helps
-        return rebuild(spec, f"the index is missing files: {e}")
+        raise RebuildNeeded(f"the index is missing files: {e}") from None
     if clash:
-        return rebuild(spec, clash, seed=manifest.fid_seed + 1)
+        raise RebuildNeeded(clash, seed=manifest.fid_seed + 1)
     dead = tombstones(_removed_keys(removed, manifest), manifest.fid_seed)
-    version = manifest.delta_version + len(commits)
+    rows = pa.concat_tables([adds, dead])
+    return Pending(manifest, manifest.delta_version + len(commits), rows, len(added), len(removed))
+
+
+def _sync(spec: IndexSpec) -> SyncResult:
+    started = time.monotonic()  # the files of the manifest read next are safe for the grace period from here
+    store = store_for(spec)
     try:
-        published = store.append(pa.concat_tables([adds, dead]), manifest, version, spec.max_segments,
-                                 started=started)  # fmt: skip
+        lacking = pending(spec, store)
+    except RebuildNeeded as e:
+        return rebuild(spec, e.reason, seed=e.seed)
+    manifest = lacking.manifest
+    if lacking.version == manifest.delta_version:
+        return SyncResult("current", manifest.delta_version, manifest.delta_version, 0, 0,
+                          time.monotonic() - started)  # fmt: skip
+    try:
+        published = store.append(lacking.rows, manifest, lacking.version, spec.max_segments, started=started)
     except IndexFilesMissing as e:
         return rebuild(spec, str(e))
-    return SyncResult("incremental", manifest.delta_version, version, len(added), len(removed),
-                      time.monotonic() - started, published.reason, published.published)  # fmt: skip
+    return SyncResult("incremental", manifest.delta_version, lacking.version, lacking.files_added,
+                      lacking.files_removed, time.monotonic() - started, published.reason,
+                      published.published)  # fmt: skip
 
 
 def _number_clash(store: IndexStore, manifest: Manifest, adds: pa.Table) -> str:

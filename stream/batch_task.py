@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import pickle
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -77,6 +78,9 @@ class TaskSpec:
     files: TaskFiles | None = None  # the task writes the batch's files itself
 
 
+PHASES = ("read", "parse", "write")  # a task's phases, as TaskSummary.phase_ns counts them
+
+
 @dataclass
 class TaskSummary:
     """Counts and sketches of one task's records; merged on the driver."""
@@ -88,6 +92,9 @@ class TaskSummary:
     # Kafka record timestamps in whole seconds -> records (end-to-end delay at commit time).
     timestamp_seconds: Counter[int] = field(default_factory=Counter)
     sketches: dict[str, bytes] = field(default_factory=dict)
+    # Nanoseconds the task spent per phase: "read" (waiting for the source's next Arrow batch),
+    # "parse" (parsing, keying, sketching), "write" (writing the table's and quarantine's files).
+    phase_ns: Counter[str] = field(default_factory=Counter)
 
     def merge(self, other: TaskSummary) -> None:
         self.rows += other.rows
@@ -95,6 +102,11 @@ class TaskSummary:
         self.codes.update(other.codes)
         self.value_bytes += other.value_bytes
         self.timestamp_seconds.update(other.timestamp_seconds)
+        self.phase_ns.update(other.phase_ns)
+
+    def phases_ms(self) -> dict[str, int]:
+        """Milliseconds per phase, summed over the tasks merged into this summary."""
+        return {phase: self.phase_ns[phase] // 1_000_000 for phase in PHASES}
 
 
 def output_schema(spec: TaskSpec) -> pa.Schema:
@@ -119,23 +131,37 @@ def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     parser = RecordParser(spec.columns, spec.limits) if spec.parse_json else None
     summary = TaskSummary()
     files = _TaskWriters(spec) if spec.files is not None else None
+    phase = summary.phase_ns
+    clock = time.perf_counter_ns
+    last = clock()
     for batch in batches:
+        read = clock()
+        phase["read"] += read - last  # the source's fetch and the JVM's Arrow conversion happen in next()
         if batch.num_rows == 0:
+            last = clock()
             continue
         out = _parse(spec, parser, batch, schema, summary)
         valid = out.filter(pc.equal(out[KIND], ROW))
         for name, sketch in sketches.items():
             sketch.update(valid[name])
+        parsed = clock()
+        phase["parse"] += parsed - read
         if files is None:
-            yield from out.to_batches()
+            yield from out.to_batches()  # time spent downstream of the yield is not this task's
         else:
             files.add(valid, out)
+            phase["write"] += clock() - parsed
+        last = clock()
     summary.sketches = {name: s.to_bytes() for name, s in sketches.items()}
-    blob = pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
     if files is not None:
-        yield from files.close()
+        closing = clock()
+        closed = list(files.close())
+        phase["write"] += clock() - closing
+        blob = pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
+        yield from closed
         yield pa.RecordBatch.from_pylist([{KIND: SUMMARY_ROW, SUMMARY: blob}], schema=FILE_SCHEMA)
         return
+    blob = pickle.dumps(summary, protocol=pickle.HIGHEST_PROTOCOL)
     row = dict.fromkeys(schema.names)
     row.update({KIND: SUMMARY_ROW, SUMMARY: blob})
     yield pa.RecordBatch.from_pylist([row], schema=schema)

@@ -124,6 +124,7 @@ class StreamSink:
         self._blocked: str | None = None  # why Delta's writer writes the batches, when it must
         self._stats_columns: dict[str, tuple[str, ...]] = {}  # table uri -> the columns with file stats
         self._without_stats = WithoutStatsWarning(table.uri, config.skipping_columns)
+        self._previous_start_ms: int | None = None  # when this process's previous micro-batch began
 
     def _committed(self, batch_txn: int) -> tuple[bool, bool]:
         """Whether the table and the quarantine already hold this txn version of the stream."""
@@ -149,8 +150,15 @@ class StreamSink:
                                      txn))  # fmt: skip
             return
 
-        meta_of: Callable[..., dict] = functools.partial(dict, stream=self.start.stream_id, batch=batch_id, txn=txn,
-                                    offsets=_json(offsets), source=self.source.kind)  # fmt: skip
+        started_ms = int(time.time() * 1000)
+        since_previous = None if self._previous_start_ms is None else started_ms - self._previous_start_ms
+        self._previous_start_ms = started_ms
+        # The batch's progress (docs/operations.md, "Stream progress") rides in the commits it makes anyway.
+        meta_of: Callable[..., dict] = functools.partial(
+            dict, stream=self.start.stream_id, batch=batch_id, txn=txn, offsets=_json(offsets),
+            start_offsets=_json(resume.batch_offsets(self.table, batch_id - 1)) if batch_id else None,
+            source=self.source.kind, started_ms=started_ms, since_previous_ms=since_previous,
+        )  # fmt: skip
         done = _Done(table_done, quarantine_done)
         result = None
         if self._writes_in_tasks():
@@ -231,11 +239,15 @@ class StreamSink:
         )  # fmt: skip
         spec = self._task_spec(sketch_done, files)
         out = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
+        job_started = time.monotonic()
         rows = out.collect()  # one row per written file, one per task: small
+        job_ms = int((time.monotonic() - job_started) * 1000)
         total, merged = summaries([r[SUMMARY] for r in rows if r[KIND] == SUMMARY_ROW])
         table_files, quarantine_files = written_files([r for r in rows if r[KIND] != SUMMARY_ROW])
         crash_point(f"before_commit:{batch_id}")
-        meta = meta_of(rows=total.rows, quarantined=total.quarantined)
+        # The commit's own duration ends at the timestamp Delta gives it (status reads both).
+        meta = meta_of(rows=total.rows, quarantined=total.quarantined, phases_ms=total.phases_ms(), job_ms=job_ms,
+                       commit_started_ms=int(time.time() * 1000))  # fmt: skip
         if quarantine_files and not done.quarantine:
             commit_append(self.spark, quarantine_target, quarantine_files, app_id=self.start.stream_id,
                           txn_version=txn, details=meta)  # fmt: skip
@@ -256,10 +268,14 @@ class StreamSink:
         parsed = empty_headers_not_null(batch_df).mapInArrow(functools.partial(run_task, spec), output_ddl(spec))
         parsed = parsed.persist(StorageLevel.MEMORY_AND_DISK)
         try:
+            job_started = time.monotonic()
             total, merged = summaries([r[SUMMARY] for r in parsed.where(F.col(KIND) == SUMMARY_ROW)
                                        .select(SUMMARY).collect()])  # fmt: skip
+            job_ms = int((time.monotonic() - job_started) * 1000)
             crash_point(f"before_commit:{batch_id}")
-            meta = user_metadata(**meta_of(rows=total.rows, quarantined=total.quarantined))
+            # Delta's writer writes and commits in one call after this: neither is timed apart.
+            meta = user_metadata(**meta_of(rows=total.rows, quarantined=total.quarantined,
+                                           phases_ms=total.phases_ms(), job_ms=job_ms))  # fmt: skip
             if total.quarantined and not done.quarantine:
                 self._write_quarantine(parsed, batch_id, txn, meta)
             crash_point(f"after_quarantine_commit:{batch_id}")

@@ -63,6 +63,7 @@ class StreamCommit:
 
     version: int
     timestamp_ms: int | None
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # lakecluster's fields of its userMetadata
 
 
 @dataclass(frozen=True)
@@ -157,4 +158,4 @@ class CommitHistory:
         meta = parse_user_metadata(info.get("userMetadata"))
         stream = meta.get("stream") if meta else None
         if isinstance(stream, str) and (newer or stream not in self.streams):
-            self.streams[stream] = StreamCommit(version, stamp)
+            self.streams[stream] = StreamCommit(version, stamp, meta or {})

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from lakecluster.cli.status import table_status
 from lakecluster.compaction.loop import Compactor
@@ -16,7 +17,8 @@ from lakecluster.compaction.planner import plan_files, snapshot_files
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
 from lakecluster.stream.source import open_source
-from lakecluster.table import LakeTable
+from lakecluster.table import LakeTable, user_metadata
+from tests.cli.conftest import run_cli, write_ssb_table
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import fill, generator_config
 
@@ -72,14 +74,55 @@ def test_status_command_json_and_text(spark, tmp_path: Path) -> None:  # type: i
     assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)
     assert data["rows"] == 2_000 and data["version"] == DeltaTable(str(table)).version()
+    # The stream's second micro-batch as its commit recorded it (the sink's own fields).
+    (batch,) = [s["last_batch"] for s in data["streams"].values()]
+    assert batch["batch_id"] == 1 and batch["rows"] == 1_000 and batch["quarantined"] == 0
+    assert batch["offsets"] == {"rows": {"start": 1_000, "end": 2_000}}
+    d = batch["durations_ms"]
+    assert all(isinstance(d[p], int) and d[p] >= 0 for p in ("read", "parse", "write", "commit"))
+    assert d["parse"] > 0 and d["write"] > 0 and 0 < d["job"] < d["batch"] and d["commit"] < d["batch"]
+    assert batch["processed_rows_per_second"] == round(1_000_000 / d["batch"], 1)
+    assert batch["input_rows_per_second"] is not None  # the batch before it ran in the same process
 
     as_text = subprocess.run(lakecluster_cmd(*args, "status"), capture_output=True, text=True,
                              env=subprocess_env(), timeout=120)  # fmt: skip
     assert as_text.returncode == 0, as_text.stderr
     assert f"version    {data['version']}" in as_text.stdout and "2,000 rows" in as_text.stdout
+    assert "last batch 1 (txn " in as_text.stdout and "offsets    rows: 1,000 -> 2,000" in as_text.stdout
 
     missing = subprocess.run(lakecluster_cmd(f"--set=table.path={tmp_path / 'nope'}", "status"), capture_output=True,
                              text=True, env=subprocess_env(), timeout=120)  # fmt: skip
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
     assert not (tmp_path / "nope").exists()
+
+
+def test_status_shows_each_streams_last_batch_from_its_commit_metadata(tmp_path: Path) -> None:
+    """The progress view reads only the commit a micro-batch made (no Spark: a delta-rs commit
+    carrying the fields the sink writes, with Delta's own commit timestamp)."""
+    table = write_ssb_table(tmp_path / "lineorder")
+    data = DeltaTable(str(table)).to_pyarrow_table().slice(0, 400)
+    started_ms = int(time.time() * 1000) - 2_000  # the batch began 2 s before its commit
+    fields = {"stream": "s1", "batch": 7, "txn": 107, "source": "kafka", "rows": 400, "quarantined": 3,
+              "offsets": {"orders": {"0": 1_400, "1": 1_050}}, "start_offsets": {"orders": {"0": 1_200, "1": 850}},
+              "started_ms": started_ms, "since_previous_ms": 4_000, "job_ms": 1_500,
+              "phases_ms": {"read": 300, "parse": 900, "write": 600}, "commit_started_ms": started_ms + 1_600}
+    write_deltalake(str(table), data, mode="append", partition_by=["d_year"],
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata(**fields)}))
+    committed_ms = DeltaTable(str(table)).history(1)[0]["timestamp"]
+
+    proc = run_cli("--set", f"table.path={table}", "--json", "status", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    batch = json.loads(proc.stdout)["streams"]["s1"]["last_batch"]
+    assert batch["batch_id"] == 7 and batch["txn_version"] == 107 and batch["rows"] == 400
+    assert batch["quarantined"] == 3
+    assert batch["durations_ms"] == {"read": 300, "parse": 900, "write": 600, "job": 1_500,
+                                     "commit": committed_ms - started_ms - 1_600, "batch": committed_ms - started_ms}
+    assert batch["offsets"] == {"orders-0": {"start": 1_200, "end": 1_400}, "orders-1": {"start": 850, "end": 1_050}}
+    assert batch["input_rows_per_second"] == 100.0  # 400 rows over the 4 s since the previous batch began
+    assert batch["processed_rows_per_second"] == round(400_000 / (committed_ms - started_ms), 1)
+
+    text = run_cli("--set", f"table.path={table}", "status", cwd=tmp_path).stdout
+    assert "last batch 7 (txn 107): 400 rows, 3 quarantined; input 100 rows/s, processed" in text
+    assert "task time read 0.30s, parse 0.90s, write 0.60s" in text
+    assert "offsets    orders-0: 1,200 -> 1,400" in text and "offsets    orders-1: 850 -> 1,050" in text

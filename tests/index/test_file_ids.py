@@ -80,7 +80,7 @@ def test_a_rebuild_renumbers_with_the_next_seed_when_two_files_would_share_a_num
     assert result.mode == "rebuild" and manifest is not None and manifest.fid_seed == 1
     files = store_for(spec).read_files(["file"])
     assert files.num_rows == 12 and distinct(files["fid"].to_numpy())  # 400 rows, 40 per file and year
-    r = prune(spec, "id = 5", sync_first=False)
+    r = prune(spec, "id = 5", index="stored")
     assert holds_id(table, r.paths, 5) and len(r.paths) < r.files_total == 12
 
 
@@ -113,7 +113,7 @@ def test_a_sync_adding_a_file_whose_number_a_live_file_has_rebuilds_and_stays_so
     assert sync(spec).mode == "incremental"
     assert store_for(spec).read_all().equals(rebuilt(spec, tmp_path))
     for wanted in (5, 45, 79):
-        r = prune(spec, f"id = {wanted}", sync_first=False)
+        r = prune(spec, f"id = {wanted}", index="stored")
         assert holds_id(table, r.paths, wanted) and len(r.paths) < r.files_total
 
 

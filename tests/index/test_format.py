@@ -60,7 +60,7 @@ def test_an_old_format_is_never_read_and_the_error_says_what_to_do(old_index: tu
     with pytest.raises(IndexFormatError, match=r"format 1.*lakecluster index sync"):
         store_for(spec).manifest()
     with pytest.raises(StatsIndexError):
-        prune(spec, "city = 'city3'", sync_first=False)
+        prune(spec, "city = 'city3'", index="stored")
 
 
 def test_a_sync_rebuilds_an_old_format_and_answers_soundly(old_index: tuple[Path, IndexSpec]) -> None:
@@ -75,7 +75,7 @@ def test_a_sync_rebuilds_an_old_format_and_answers_soundly(old_index: tuple[Path
     live = [u.removeprefix("file://") for u in DeltaTable(str(table)).file_uris()]
     skipped_somewhere = False
     for where, expr in WHERE.items():
-        r = prune(spec, where, sync_first=False)
+        r = prune(spec, where, index="stored")
         kept = {str(table / p) for p in r.paths}
         assert r.version == 5 and r.files_total == len(live) and kept <= set(live)
         holding = {path for path in live if matching_rows(path, expr)}

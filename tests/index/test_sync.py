@@ -113,7 +113,7 @@ def test_an_empty_partition_value_is_indexed_as_null_incrementally_as_in_a_rebui
     assert sync(spec).mode == "rebuild"
     write_deltalake(table, rows, partition_by=["s"], mode="append")
     assert sync(spec).mode == "incremental"
-    kept = prune(spec, "s IS NULL", sync_first=False)
+    kept = prune(spec, "s IS NULL", index="stored")
     assert kept.files.num_rows == 2 and kept.files_total == 4  # both files of the null partition
     assert store_for(spec).read_all().equals(rebuilt(spec, tmp_path))
 
@@ -157,7 +157,7 @@ def test_boolean_columns_are_indexed_only_when_named_or_clustered_on(tmp_path: P
     by_default = store_for(spec).manifest().indexed  # type: ignore[union-attr]
     assert "flag" not in by_default and {"id", "city", "x", "amount", "day"} <= set(by_default)
     # A query on the column keeps every file: nothing is known of it.
-    assert prune(spec, "flag = true", sync_first=False).files.num_rows == len(DeltaTable(str(table)).file_uris())
+    assert prune(spec, "flag = true", index="stored").files.num_rows == len(DeltaTable(str(table)).file_uris())
     for named in (replace(spec, columns=("flag",)), replace(spec, clustering_columns=("flag",))):
         assert sync(named).mode == "rebuild"  # other settings
         assert "flag" in store_for(named).manifest().indexed  # type: ignore[union-attr]
@@ -192,7 +192,14 @@ def test_one_column_is_read_from_its_own_row_groups_and_the_file_rows_only(tmp_p
     assert again.bytes_read == 0 and again.rows.equals(read.rows)
 
 
-def test_prune_syncs_a_stale_index_and_without_sync_refuses_it(tmp_path: Path) -> None:
+def snapshot_of(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` (relative path -> content)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_prune_reads_what_a_stale_index_lacks_from_the_log_writes_only_with_sync_and_stored_refuses(
+    tmp_path: Path,
+) -> None:
     table = tmp_path / "t"
     spec = IndexSpec.for_location(LakeTable.at(str(table)))
     append(table, batch(0, 100, seed=1), 0)
@@ -200,8 +207,13 @@ def test_prune_syncs_a_stale_index_and_without_sync_refuses_it(tmp_path: Path) -
     version = append(table, batch(10_000, 10, seed=2), 1)  # ids 10000..10009, in new files
     assert not is_current(spec)
     with pytest.raises(StatsIndexError, match="behind"):
-        prune(spec, "id >= 10000", sync_first=False)
+        prune(spec, "id >= 10000", index="stored")
+    before = snapshot_of(table)
     result = prune(spec, "id >= 10000")
+    assert snapshot_of(table) == before and not is_current(spec)  # nothing written
+    assert result.version == version and result.index_version == version - 1 and result.commits_from_log == 1
+    synced = prune(spec, "id >= 10000", index="sync")
+    assert is_current(spec) and synced.paths == result.paths and synced.commits_from_log == 0
     new_files = {
         a["add"]["path"]
         for a in map(json.loads, (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines())
@@ -210,3 +222,30 @@ def test_prune_syncs_a_stale_index_and_without_sync_refuses_it(tmp_path: Path) -
     assert set(result.paths) == new_files
     assert result.files_total > len(new_files)
     assert int(pc.sum(result.files["value_count"]).as_py()) == 10
+
+
+WHERE_CLAUSES = ["id >= 150", "id < 40 OR id >= 10005", "city = 'city3'", "year = 1992 AND id < 300", "id IS NULL"]
+
+
+def test_without_sync_prune_answers_as_after_a_sync_over_appends_rewrites_and_no_index(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    spec = IndexSpec.for_location(LakeTable.at(str(table)))
+    append(table, batch(0, 200, seed=1), 0)
+
+    def answers(index: str) -> list[tuple[int, list[str], int]]:
+        return [(r.version, sorted(r.paths), r.files_total) for r in (prune(spec, w, index=index)
+                                                                       for w in WHERE_CLAUSES)]  # fmt: skip
+
+    before = snapshot_of(table)
+    in_memory = answers("latest")  # no index: built from the log in memory
+    assert snapshot_of(table) == before and not (table / "_lakecluster").exists()
+    assert prune(spec, "id >= 0").built_in_memory == "no index yet"
+    assert in_memory == answers("sync")
+    append(table, batch(200, 120, seed=2), 1)
+    rewrite_partition(table, 1992)  # removes files the index holds, adds their rewrite
+    append(table, batch(10_000, 10, seed=3), 2)
+    before = snapshot_of(table)
+    in_memory = answers("latest")
+    assert snapshot_of(table) == before
+    assert prune(spec, "id >= 0").commits_from_log == 3
+    assert in_memory == answers("sync")
