@@ -14,6 +14,7 @@ from lakecluster.cli.context import Context
 from lakecluster.cli.output import emit
 from lakecluster.config import Config, describe
 from lakecluster.errors import FatalServiceError, LakeclusterError, TableNotFoundError
+from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 
 
@@ -188,8 +189,8 @@ def vacuum(ctx: Context) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     lines = []
     for r in reports:
-        size = f"{r.bytes / 1e6:,.1f} MB"
-        lines.append(f"{r.table}: {verb} {r.files:,} file(s), {size} (retention {r.retention_hours:g} h)")
+        lines.append(f"{r.table}: {verb} {r.files:,} file(s), {human_bytes(r.bytes)} "
+                     f"(retention {r.retention_hours:g} h)")
         lines.extend(f"  {p}" for p in r.paths[:50])
         if len(r.paths) > 50:
             lines.append(f"  ... and {len(r.paths) - 50:,} more (--output json lists all)")

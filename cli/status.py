@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from lakecluster.compaction.monitor import observe
-from lakecluster.plots import human_bytes
+from lakecluster.sizes import human_bytes
 from lakecluster.stream.source import Source
 from lakecluster.table import LakeTable, Operation, TableState
 

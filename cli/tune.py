@@ -20,7 +20,7 @@ from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
 from lakecluster.compaction.workload import WorkloadError, parse_workload
 from lakecluster.errors import ConfigError, LakeclusterError
-from lakecluster.plots import human_bytes
+from lakecluster.sizes import human_bytes, mebibytes
 from lakecluster.table import LakeTable
 
 SHOWN_CANDIDATES = 12
@@ -73,15 +73,21 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
                                       "point_query_files": current.point_query_files}, "grid": rows}  # fmt: skip
 
 
+def setting_text(key: str, value: int) -> str:
+    """A threshold's value as the table shows it: sizes in binary units, counts as numbers."""
+    return human_bytes(value) if key.endswith("_bytes") else f"{value:,}"
+
+
 def format_text(data: dict[str, Any]) -> str:
     keys = list(data["axes"])
     columns = list(data["current"]["point_query_files"])
-    head = [*keys, "groups", "MB rewritten", "write amp.", "files after", *[f"reads {c}" for c in columns]]
+    head = [*keys, "groups", "rewritten", "write amp.", "files after", *[f"reads {c}" for c in columns]]
     lines = [f"{data['table']} at version {data['version']}: {data['files']:,} files, "
-             f"{data['new_bytes'] / 1e6:,.1f} MB not yet compacted; predicted for the next round:", ""]  # fmt: skip
+             f"{human_bytes(data['new_bytes'])} not yet compacted; predicted for the next round:", ""]  # fmt: skip
     table = [head]
     for r in data["grid"]:
-        table.append([*(f"{r['settings'][k]:,}" for k in keys), str(r["groups"]), f"{r['bytes_rewritten'] / 1e6:,.1f}",
+        table.append([*(setting_text(k, r["settings"][k]) for k in keys), str(r["groups"]),
+                      human_bytes(r["bytes_rewritten"]),
                       f"{r['write_amplification']:.2f}", f"{r['files_after']:,}",
                       *(f"{r['point_query_files'][c]:,.1f}" for c in columns)])  # fmt: skip
         if r["current"]:
@@ -93,14 +99,14 @@ def format_text(data: dict[str, Any]) -> str:
 
 
 def grid_svg(data: dict[str, Any]) -> str:
-    """A scatter of mean point-query files against MB rewritten, one dot per grid point."""
+    """A scatter of mean point-query files against MiB rewritten, one dot per grid point."""
     points = []
     for r in data["grid"]:
-        x = r["bytes_rewritten"] / 1e6
+        x = mebibytes(r["bytes_rewritten"])
         y = sum(r["point_query_files"].values()) / max(len(r["point_query_files"]), 1)
-        label = ", ".join(f"{k}={v:,}" for k, v in r["settings"].items())
-        points.append((x, y, f"{label}: {x:,.1f} MB, {y:,.1f} files", bool(r["current"])))
-    return plots.scatter(points, "tune", "MB the next round rewrites",
+        label = ", ".join(f"{k}={setting_text(k, v)}" for k, v in r["settings"].items())
+        points.append((x, y, f"{label}: {human_bytes(r['bytes_rewritten'])}, {y:,.1f} files", bool(r["current"])))
+    return plots.scatter(points, "tune", "MiB the next round rewrites",
                          "files a point query reads (mean of the columns)")  # fmt: skip
 
 
@@ -165,7 +171,7 @@ def _layout(c: dict[str, Any]) -> str:
 
 def format_advice(data: dict[str, Any]) -> str:
     lines = [f"{data['workload']}: {data['queries']} queries; {data['table']} at version {data['version']}, "
-             f"{data['table_bytes'] / 1e6:,.1f} MB, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
+             f"{human_bytes(data['table_bytes'])}, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
              f"target {human_bytes(data['target_file_bytes'])} per file", "",
              "candidate layouts, best first (files a query of the workload reads):"]  # fmt: skip
     table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
