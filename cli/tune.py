@@ -16,6 +16,7 @@ from typing import Any
 
 from lakecluster import plots
 from lakecluster.compaction.advise import Candidate, Scored, WorkloadModel, recommend, sample_rows
+from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
 from lakecluster.compaction.workload import WorkloadError, parse_workload
@@ -70,7 +71,21 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
                      "current": all(getattr(cfg, k) == getattr(config.compaction, k) for k in axes)})  # fmt: skip
     return {"table": lake.uri, "version": table.version(), "files": len(files), "new_bytes": new_bytes,
             "axes": axes, "current": {"settings": {k: current.settings[k] for k in axes},
-                                      "point_query_files": current.point_query_files}, "grid": rows}  # fmt: skip
+                                      "point_query_files": current.point_query_files}, "grid": rows,
+            "no_difference": _grid_ties(rows, PartitionSizes.of_data_files(files))}  # fmt: skip
+
+
+def _grid_ties(rows: list[dict[str, Any]], sizes: PartitionSizes) -> str | None:
+    """Why no grid point reads fewer files than another (None when they differ)."""
+    if not rows:
+        return None
+    smallest_target = min(r["settings"]["target_file_bytes"] for r in rows)
+    if sizes.below_one_file(smallest_target):
+        return sizes.describe(smallest_target)
+    reads = {tuple(sorted(r["point_query_files"].items())) for r in rows}
+    if len(reads) == 1:
+        return "every setting predicts the same files read per point query: the grid does not tell them apart"
+    return None
 
 
 def setting_text(key: str, value: int) -> str:
@@ -95,6 +110,8 @@ def format_text(data: dict[str, Any]) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
     lines.append("\n* the current settings")
+    if data.get("no_difference"):
+        lines.append(f"no setting reads fewer files than another: {data['no_difference']}")
     return "\n".join(lines)
 
 
@@ -148,6 +165,7 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
     current = Candidate(t.clustering_columns, tuple(weights.get(c, 1.0) for c in t.clustering_columns),
                         t.partition_by, current=True)  # fmt: skip
     ranked = recommend(model, current)
+    withheld = _why_no_recommendation(ranked, PartitionSizes.of_data_files(files), config.compaction.target_file_bytes)
 
     def row(s: Scored) -> dict[str, Any]:
         return {**s.candidate.describe(), "files": s.files, "mean_files_read": round(s.mean_files_read, 2),
@@ -158,8 +176,20 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
             "query_text": [q.text for q in queries], "sample_rows": sample.num_rows,
             "table_rows": sum(f.rows for f in files), "table_bytes": table_bytes,
             "target_file_bytes": config.compaction.target_file_bytes,
-            "candidates": [row(s) for s in ranked], "recommended": row(ranked[0]),
+            "candidates": [row(s) for s in ranked], "recommended": None if withheld else row(ranked[0]),
+            "no_recommendation": withheld,
             "current": row(next(s for s in ranked if s.candidate.current))}  # fmt: skip
+
+
+def _why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int) -> str | None:
+    """Why the best-ranked layout is no better than the others (None: it is a recommendation)."""
+    if sizes.below_one_file(target_file_bytes):
+        return sizes.describe(target_file_bytes)
+    means = {round(s.mean_files_read, 6) for s in ranked}
+    if len(means) == 1:
+        return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
+                "the workload does not tell them apart")  # fmt: skip
+    return None
 
 
 def _layout(c: dict[str, Any]) -> str:
@@ -186,7 +216,11 @@ def format_advice(data: dict[str, Any]) -> str:
     lines += ["  " + "  ".join(cell.ljust(w) if i == 1 else cell.rjust(w) for i, (cell, w) in
                                enumerate(zip(r, widths, strict=True))) for r in table]  # fmt: skip
     best, now = data["recommended"], data["current"]
-    lines += ["  * the current settings", "", "recommended settings:", "  [table]",
+    lines.append("  * the current settings")
+    if best is None:
+        lines += ["", f"no recommendation: {data['no_recommendation']}; keep the current settings"]
+        return "\n".join(lines)
+    lines += ["", "recommended settings:", "  [table]",
               f"  partition_by = {best['partition_by']!r}".replace("'", '"'),
               f"  clustering_columns = {best['clustering_columns']!r}".replace("'", '"')]  # fmt: skip
     if len(set(best["column_weights"].values())) > 1:
