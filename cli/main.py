@@ -20,7 +20,7 @@ from lakecluster.cli import commands
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import quiet_broken_pipe
 from lakecluster.config import load_config, parse_overrides
-from lakecluster.errors import ConfigError, LakeclusterError
+from lakecluster.errors import InputError, LakeclusterError
 
 log = logging.getLogger("lakecluster")
 
@@ -167,8 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         context = Context(args, load_config(args.config, overrides=overrides))
         context.check()
         return COMMANDS[args.command](context)
-    except ConfigError as e:
-        return _fail(args, e, f"configuration error: {e}", 2)
+    except InputError as e:
+        return _fail(args, e, e.one_line(), 2)
     except LakeclusterError as e:
         return _fail(args, e, f"{type(e).__name__}: {e}", 1)
     except BrokenPipeError:

@@ -1,0 +1,67 @@
+"""One rule for every mistake on the command line: exit status 2 and one line on stderr naming where
+the wrong input came from (file and line, ``--set``, an environment variable, a flag), with the
+nearest known key or column; runtime failures exit 1 (tests/cli/test_failures.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakecluster.cli import main
+
+
+def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    return err.rstrip("\n")
+
+
+def test_a_check_between_keys_shows_both_keys_their_values_and_where_they_were_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--set", "compaction.target_file_bytes=1000000", "config"]) == 2
+    assert _one_line(capsys) == (
+        "lakecluster: configuration error in --set compaction.target_file_bytes: config key "
+        "'compaction.min_file_bytes': 33,554,432 (32.0 MiB) must be <= compaction.target_file_bytes 1,000,000 "
+        "(976.6 KiB)")  # fmt: skip
+    toml = tmp_path / "c.toml"
+    toml.write_text('# thresholds\n[table]\npath = "t"\n\n[compaction]\nmin_file_bytes = 2048\n')
+    assert main(["--config", str(toml), "--set", "compaction.target_file_bytes=1024", "config"]) == 2
+    assert _one_line(capsys) == (
+        f"lakecluster: configuration error in {toml} line 6, --set compaction.target_file_bytes: config key "
+        "'compaction.min_file_bytes': 2,048 (2.0 KiB) must be <= compaction.target_file_bytes 1,024 (1.0 KiB)")
+
+
+def test_a_mistyped_key_names_its_file_line_or_variable_and_the_nearest_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text('[table]\npath = "t"\n[compaction]\ninterval_s = 5\ntarget_file_byte = 1024\n')
+    assert main(["--config", str(toml), "config"]) == 2
+    assert _one_line(capsys).startswith(
+        f"lakecluster: configuration error in {toml} line 5: config key 'compaction.target_file_byte': unknown key; "
+        "did you mean 'compaction.target_file_bytes'? known keys here: ")
+    monkeypatch.setenv("LAKECLUSTER_SKETCHES__BOUNDARIS", "16")
+    assert main(["config"]) == 2
+    assert _one_line(capsys).startswith(
+        "lakecluster: configuration error in LAKECLUSTER_SKETCHES__BOUNDARIS: config key 'sketches.boundaris': "
+        "unknown key; did you mean 'sketches.boundaries' (LAKECLUSTER_SKETCHES__BOUNDARIES)? known keys here: ")
+
+
+def test_a_column_the_source_cannot_produce_names_where_it_was_declared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text('[table]\npartition_by = []\nclustering_columns = ["x"]\n'
+                    'columns = [{ name = "x", type = "string" }]\n')
+    assert main(["--config", str(toml), "config"]) == 2
+    assert _one_line(capsys).startswith(f"lakecluster: configuration error in {toml} line 4: config key "
+                                        "'table.columns[0].name': ")  # fmt: skip
+
+
+def test_a_clustering_column_typo_gets_the_nearest_column(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--set", 'table.clustering_columns=["s_cty"]', "config"]) == 2
+    assert _one_line(capsys).startswith(
+        "lakecluster: configuration error in --set table.clustering_columns: config key 'table.clustering_columns': "
+        "unknown column 's_cty' (did you mean 's_city'?); columns: ")
