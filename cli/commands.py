@@ -13,7 +13,7 @@ from lakecluster import metrics
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import emit
 from lakecluster.config import Config, describe
-from lakecluster.errors import FatalServiceError, LakeclusterError, TableNotFoundError
+from lakecluster.errors import FatalServiceError, LakeclusterError, PredicateError, TableNotFoundError
 from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 
@@ -261,7 +261,11 @@ def explain(ctx: Context) -> int:
     from lakecluster.index.spec import IndexSpec
 
     args = ctx.args
-    rep = run_explain(IndexSpec.of(_existing(ctx.table)), args.where, sync_first=not args.no_sync)
+    try:
+        rep = run_explain(IndexSpec.of(_existing(ctx.table)), args.where, sync_first=not args.no_sync)
+    except PredicateError as e:
+        e.source = "--where"
+        raise
     emit(rep, format_text(rep), args.output)
     return 0
 

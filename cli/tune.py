@@ -151,16 +151,22 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
     try:
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(f"cannot read the workload file {queries_path}: {e}") from None
+        raise WorkloadError(f"cannot read the workload file: {e}").in_file(f"--queries {queries_path}") from None
     t = config.table
-    queries = parse_workload(lines, t.columns)
+    try:
+        queries = parse_workload(lines, t.columns)
+    except WorkloadError as e:
+        raise e.in_file(queries_path) from None
     table = lake.delta.open()
     files, _ = snapshot_files(table, t.partition_by)
     used = {c for q in queries for c in q.columns}
     columns = [c.name for c in t.columns if c.name in used | set(t.clustering_columns) | set(t.partition_by)]
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     table_bytes = sum(f.size for f in files)
-    model = WorkloadModel(queries, sample, weights, table_bytes, config.compaction.target_file_bytes)
+    try:
+        model = WorkloadModel(queries, sample, weights, table_bytes, config.compaction.target_file_bytes)
+    except WorkloadError as e:
+        raise e.in_file(queries_path) from None
     weights = config.compaction.weights()
     current = Candidate(t.clustering_columns, tuple(weights.get(c, 1.0) for c in t.clustering_columns),
                         t.partition_by, current=True)  # fmt: skip

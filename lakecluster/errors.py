@@ -144,9 +144,8 @@ class PredicateError(InputError):
 
     def one_line(self) -> str:
         """The message and the position in the clause, without the caret's extra lines."""
-        at = f" at character {self.position + 1}" if self.position is not None else ""
-        clause = f" of {self.text!r}" if self.text and at else ""
-        return f"{self.source or 'where-clause'}: {self.message}{at}{clause}"
+        at = f", character {self.position + 1}" if self.position is not None else ""
+        return f"{self.source or 'where-clause'}{at}: {self.message}"
 
 
 class UnknownColumnError(PredicateError):

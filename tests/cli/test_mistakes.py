@@ -65,3 +65,31 @@ def test_a_clustering_column_typo_gets_the_nearest_column(capsys: pytest.Capture
     assert _one_line(capsys).startswith(
         "lakecluster: configuration error in --set table.clustering_columns: config key 'table.clustering_columns': "
         "unknown column 's_cty' (did you mean 's_city'?); columns: ")
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("s_city = 'UNITED KI1' AND", "--where, character 26: expected a column name, found the end of the clause"),
+        ("c_cty = 'UNITED KI1'", "--where, character 1: unknown column 'c_cty' (did you mean 'c_city'?); known "),
+        ("upper(s_city) = 'UNITED KI1'", "--where, character 1: functions are not supported: upper(...); compare "),
+        ("s_city = lower('UNITED KI1')", "--where, character 10: functions are not supported: lower(...); compare "),
+    ],
+)
+def test_a_bad_where_clause_exits_2_naming_the_flag_and_the_character(
+    ssb_table: Path, capsys: pytest.CaptureFixture[str], where: str, message: str
+) -> None:
+    assert main(["--set", f"table.path={ssb_table}", "explain", "--where", where]) == 2
+    assert _one_line(capsys).startswith(f"lakecluster: {message}")
+
+
+def test_a_bad_query_file_exits_2_naming_the_file_and_line(
+    ssb_table: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queries = tmp_path / "q.sql"
+    queries.write_text("-- the workload\nc_city = 'UNITED KI1'\nupper(c_city) = 'X'\n")
+    assert main(["--set", f"table.path={ssb_table}", "tune", f"--queries={queries}"]) == 2
+    assert _one_line(capsys).startswith(f"lakecluster: {queries} line 3: functions are not supported: upper(...)")
+    missing = tmp_path / "missing.sql"
+    assert main(["--set", f"table.path={ssb_table}", "tune", f"--queries={missing}"]) == 2
+    assert _one_line(capsys).startswith(f"lakecluster: --queries {missing}: cannot read the workload file: ")
