@@ -283,9 +283,11 @@ def report(ctx: Context) -> int:
     """``lakecluster report --out DIR``: the table's layout as an HTML page with plots."""
     from pathlib import Path
 
-    from lakecluster.cli.report import write
+    from lakecluster.cli.report import writable_out, write
 
-    page = write(_existing(ctx.table), ctx.source, Path(ctx.args.out))  # a missing table is a one-line error
+    out = Path(ctx.args.out)
+    writable_out(out, force=ctx.args.force)
+    page = write(_existing(ctx.table), ctx.source, out)  # a missing table is a one-line error
     emit({"page": str(page)}, f"lakecluster report: {page}", ctx.output)
     return 0
 

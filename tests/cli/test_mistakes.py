@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lakecluster.cli import main
+from tests.cli.conftest import run_cli
 
 
 def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -93,3 +94,27 @@ def test_a_bad_query_file_exits_2_naming_the_file_and_line(
     missing = tmp_path / "missing.sql"
     assert main(["--set", f"table.path={ssb_table}", "tune", f"--queries={missing}"]) == 2
     assert _one_line(capsys).startswith(f"lakecluster: --queries {missing}: cannot read the workload file: ")
+
+
+@pytest.mark.parametrize("k", ["0", "-3", "1001", "many"])
+def test_boundaries_k_outside_its_range_exits_2_naming_the_range(tmp_path: Path, k: str) -> None:
+    proc = run_cli("boundaries", "--k", k, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"lakecluster boundaries: argument --k: expected a whole number in 1..1000, got '{k}' "
+                           "(see lakecluster boundaries --help)\n")  # fmt: skip
+
+
+def test_report_refuses_to_replace_a_file_or_a_report_unless_forced(ssb_table: Path, tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("someone's notes")
+    args = ["--set", f"table.path={ssb_table}", "report", "--out", str(taken)]
+    refused = run_cli(*args, cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr == (f"lakecluster: --out {taken}: is a file; choose another directory or add --force to "
+                              "replace it\n")  # fmt: skip
+    assert taken.read_text() == "someone's notes"
+    forced = run_cli(*args, "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert (taken / "index.html").exists() and (taken / "report.json").exists()
+    again = run_cli(*args, cwd=tmp_path)  # a report is there now
+    assert again.returncode == 2 and again.stderr.startswith(f"lakecluster: --out {taken}: holds a report (")
