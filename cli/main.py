@@ -1,8 +1,13 @@
 """The argument parser, and the one place that turns failures into a message and an exit status.
 
-Exit status: 0 done, 1 failed (a one-line message says what and what to do; ``--debug`` shows the
-trace), 2 usage or configuration error, 3 ``compact --once`` lost a group to a conflict,
+Exit status: 0 done, 1 a runtime failure (a one-line message says what and what to do; ``--debug``
+shows the trace), 2 a usage or input mistake, 3 ``compact --once`` lost a group to a conflict,
 130 interrupted, 141 the reader of the output went away.
+
+A usage or input mistake (the configuration file, ``LAKECLUSTER_*`` variables, ``--set``, a flag's
+value, ``--where``, a query file) is an :class:`~lakecluster.errors.InputError`: one line naming its
+source (file and line, ``--set KEY``, the variable, the flag) and, for a mistyped key or column,
+the nearest known one (docs/operations.md, "Command-line mistakes and exit status").
 """
 
 from __future__ import annotations
