@@ -15,7 +15,8 @@ from lakecluster import metrics
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import emit
 from lakecluster.config import Config, describe
-from lakecluster.errors import FatalServiceError, LakeclusterError, TableNotFoundError
+from lakecluster.errors import FatalServiceError, LakeclusterError, PredicateError, TableNotFoundError
+from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 
 
@@ -205,9 +206,9 @@ def vacuum(ctx: Context) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     lines = []
     for r in reports:
-        size = f"{r.bytes / 1e6:,.1f} MB"
         why = f"; {r.skipped}" if r.skipped else ""
-        lines.append(f"{r.table}: {verb} {r.files:,} file(s), {size} (retention {r.retention_hours:g} h{why})")
+        lines.append(f"{r.table}: {verb} {r.files:,} file(s), {human_bytes(r.bytes)} "
+                     f"(retention {r.retention_hours:g} h{why})")
         lines.extend(f"  {p}" for p in r.paths[:50])
         if len(r.paths) > 50:
             lines.append(f"  ... and {len(r.paths) - 50:,} more (--output json lists all)")
@@ -282,7 +283,11 @@ def explain(ctx: Context) -> int:
     if args.no_sync:  # the old flag asked for what is now the default; scripts using it keep working
         print("lakecluster: explain --no-sync is the default now (explain writes nothing; --sync updates the "
               "index first); drop the flag", file=sys.stderr, flush=True)  # fmt: skip
-    rep = run_explain(IndexSpec.of(_existing(ctx.table)), args.where, sync=args.sync)
+    try:
+        rep = run_explain(IndexSpec.of(_existing(ctx.table)), args.where, sync=args.sync)
+    except PredicateError as e:
+        e.source = "--where"
+        raise
     emit(rep, format_text(rep), args.output)
     return 0
 
@@ -300,9 +305,11 @@ def report(ctx: Context) -> int:
     """``lakecluster report --out DIR``: the table's layout as an HTML page with plots."""
     from pathlib import Path
 
-    from lakecluster.cli.report import write
+    from lakecluster.cli.report import writable_out, write
 
-    page = write(_existing(ctx.table), ctx.source, Path(ctx.args.out))  # a missing table is a one-line error
+    out = Path(ctx.args.out)
+    writable_out(out, force=ctx.args.force)
+    page = write(_existing(ctx.table), ctx.source, out)  # a missing table is a one-line error
     emit({"page": str(page)}, f"lakecluster report: {page}", ctx.output)
     return 0
 

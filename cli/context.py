@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakecluster.config import Config
+from lakecluster.errors import ConfigError
 from lakecluster.table import LakeTable
 
 if TYPE_CHECKING:
@@ -34,8 +35,14 @@ class Context:
 
     def check(self) -> None:
         """What loading the configuration cannot check alone: the source against the table's
-        columns (a :class:`~lakecluster.errors.ConfigError` naming the key)."""
-        self.source  # noqa: B018 - opening the source checks it
+        columns (a :class:`~lakecluster.errors.ConfigError` naming the key and where it was set)."""
+        from lakecluster.config import config_origins, locate, parse_overrides
+
+        try:
+            self.source  # noqa: B018 - opening the source checks it
+        except ConfigError as e:
+            origins = config_origins(self.args.config, overrides=parse_overrides(self.args.set))
+            raise locate(e, origins) from None
 
     @property
     def output(self) -> str:

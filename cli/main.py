@@ -1,8 +1,13 @@
 """The argument parser, and the one place that turns failures into a message and an exit status.
 
-Exit status: 0 done, 1 failed (a one-line message says what and what to do; ``--debug`` shows the
-trace), 2 usage or configuration error, 3 ``compact --once`` lost a group to a conflict,
+Exit status: 0 done, 1 a runtime failure (a one-line message says what and what to do; ``--debug``
+shows the trace), 2 a usage or input mistake, 3 ``compact --once`` lost a group to a conflict,
 130 interrupted, 141 the reader of the output went away.
+
+A usage or input mistake (the configuration file, ``LAKECLUSTER_*`` variables, ``--set``, a flag's
+value, ``--where``, a query file) is an :class:`~lakecluster.errors.InputError`: one line naming its
+source (file and line, ``--set KEY``, the variable, the flag) and, for a mistyped key or column,
+the nearest known one (docs/operations.md, "Command-line mistakes and exit status").
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from lakecluster.cli import commands
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import quiet_broken_pipe
 from lakecluster.config import load_config, parse_overrides
-from lakecluster.errors import ConfigError, LakeclusterError
+from lakecluster.errors import InputError, LakeclusterError
 
 log = logging.getLogger("lakecluster")
+MAX_BOUNDARIES_SHOWN = 1000
 
 COMMANDS: dict[str, Callable[[Context], int]] = {
     "stream": commands.stream,
@@ -42,7 +48,7 @@ COMMANDS: dict[str, Callable[[Context], int]] = {
 
 def parser() -> argparse.ArgumentParser:
     """The ``lakecluster`` command line: global options, one subcommand per service or task."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="lakecluster",
         description="Streaming ingestion into Delta tables, kept compact and clustered by Hilbert/Z keys.",
         epilog="Start with `lakecluster run` (built-in generator, local table). Docs: docs/ in the repository.",
@@ -60,14 +66,14 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stream", help="ingest from the source into the Delta table (runs until stopped)")
     s.add_argument("--available-now", action="store_true", help="process everything available at start, then exit")
-    s.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
+    s.add_argument("--max-batches", type=_positive_int, help="stop after this many micro-batches")
 
     c = sub.add_parser("compact", help="cluster and compact the table (runs until stopped)")
     c.add_argument("--once", action="store_true", help="one planning round, then exit")
     c.add_argument("--dry-run", action="store_true", help="print the plan (groups, files, bytes, why) and exit")
 
     r = sub.add_parser("run", help="the stream and the compactor side by side in one process (local use)")
-    r.add_argument("--max-batches", type=int, help="stop after this many micro-batches")
+    r.add_argument("--max-batches", type=_positive_int, help="stop after this many micro-batches")
 
     v = sub.add_parser("vacuum", help="delete files no table version within the retention period references")
     v.add_argument("--retention", type=float, metavar="HOURS",
@@ -78,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("config", help="print the effective, validated configuration (secrets redacted)")
 
     b = sub.add_parser("boundaries", help="print the current boundaries of the clustering columns")
-    b.add_argument("--k", type=int, help="number of boundaries (default sketches.boundaries)")
+    b.add_argument("--k", type=_int_in(1, MAX_BOUNDARIES_SHOWN),
+                   help=f"number of boundaries, 1..{MAX_BOUNDARIES_SHOWN} (default sketches.boundaries)")  # fmt: skip
 
     i = sub.add_parser("index", help="the column-stats index: sync, rebuild, show (docs/index.md)")
     isub = _with_output_options(i.add_subparsers(dest="index_command", metavar="ACTION", required=True))
@@ -86,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     isub.add_parser("rebuild", help="build the index from the Delta log from scratch")
     show = isub.add_parser("show", help="the index's version, files, and one column's stats")
     show.add_argument("--column", help="print this column's per-file stats")
-    show.add_argument("--limit", type=int, default=20, help="most rows printed with --column")
+    show.add_argument("--limit", type=_positive_int, default=20, help="most rows printed with --column")
 
     e = sub.add_parser("explain", help="files a where-clause must read and how many it skips, per conjunct")
     e.add_argument("--where", required=True, help="e.g. \"s_city = 'UNITED KI1' AND d_year >= 1995\"")
@@ -102,6 +109,7 @@ def parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="an HTML page with plots of the table's layout (file sizes, key ranges, ...)")
     rp.add_argument("--out", required=True, metavar="DIR", help="directory for index.html and report.json")
+    rp.add_argument("--force", action="store_true", help="replace a report (or a file) already at --out")
 
     tu = sub.add_parser("tune", help="predict files read and bytes rewritten for a grid of compaction thresholds, "
                         "or the best layout for a workload of queries")
@@ -115,11 +123,18 @@ def parser() -> argparse.ArgumentParser:
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")
 
     pr = sub.add_parser("produce", help="send the built-in generator's records as JSON to the Kafka topic (demos)")
-    pr.add_argument("--rate", type=int, default=1000, help="records per second (default 1000)")
+    pr.add_argument("--rate", type=_positive_int, default=1000, help="records per second (default 1000)")
     pr.add_argument("--records", type=int, default=0, help="stop after this many (default 0: until stopped)")
     pr.add_argument("--malformed-every", type=int, default=0, metavar="N",
                     help="make every N-th record malformed, to see the quarantine work (default 0: none)")  # fmt: skip
     return p
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line on stderr, naming the flag and pointing at ``--help``; exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _positive_int(text: str) -> int:
@@ -130,6 +145,21 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
+
+
+def _int_in(low: int, high: int) -> Callable[[str], int]:
+    """A flag's type: a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number in {low}..{high}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -171,8 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         context = Context(args, load_config(args.config, overrides=overrides))
         context.check()
         return COMMANDS[args.command](context)
-    except ConfigError as e:
-        return _fail(args, e, f"configuration error: {e}", 2)
+    except InputError as e:
+        return _fail(args, e, e.one_line(), 2)
     except LakeclusterError as e:
         return _fail(args, e, f"{type(e).__name__}: {e}", 1)
     except BrokenPipeError:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from lakecluster import plots
+from lakecluster.errors import UsageError
 from lakecluster.layout import file_ranges
 from lakecluster.stream.source import Source
 from lakecluster.table import LakeTable
@@ -64,12 +65,25 @@ def collect(table: LakeTable, source: Source) -> dict[str, Any]:
     return data
 
 
+PAGE, DATA = "index.html", "report.json"
+
+
+def writable_out(out: Path, *, force: bool) -> None:
+    """Refuse to replace a file at ``out`` or a report in it unless ``force`` (then a file there goes)."""
+    taken = [p for p in (out / PAGE, out / DATA) if p.exists()] if out.is_dir() else [out] if out.exists() else []
+    if taken and not force:
+        what = "is a file" if taken == [out] else f"holds a report ({', '.join(p.name for p in taken)})"
+        raise UsageError(f"--out {out}", f"{what}; choose another directory or add --force to replace it")
+    if out.exists() and not out.is_dir():
+        out.unlink()
+
+
 def write(table: LakeTable, source: Source, out: Path) -> Path:
     """Write ``index.html`` and ``report.json`` into ``out``; returns the page's path."""
     data = collect(table, source)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(data, indent=1, default=str))
-    page = out / "index.html"
+    (out / DATA).write_text(json.dumps(data, indent=1, default=str))
+    page = out / PAGE
     page.write_text(render(data))
     return page
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from lakecluster.cli.stream_progress import batch_progress, format_progress
 from lakecluster.compaction.monitor import observe
-from lakecluster.plots import human_bytes
+from lakecluster.compaction.partition_sizes import PartitionSizes
+from lakecluster.sizes import human_bytes
 from lakecluster.stream.source import Source
 from lakecluster.table import LakeTable, Operation, TableState
 
@@ -26,6 +27,9 @@ def table_status(table: LakeTable, source: Source, *, lag_timeout_s: float = 5.0
     """The status of the table as plain data (the ``--json`` output)."""
     state = observe(table, table.config)
     out = status_data(state, time.time())
+    _, files = table.live_files().snapshot()
+    sizes = PartitionSizes.of_live_files(files, table.config.table.partition_by)
+    out["partitions"] = sizes.as_dict(table.config.compaction.target_file_bytes)
     lag = source.measure_lag(table, lag_timeout_s)
     if lag is not None:
         out["lag"] = lag
@@ -101,6 +105,10 @@ def format_text(s: dict[str, Any]) -> str:
         lines.append(f"clustering files a point query reads, per column (of {s['files']:,}): {per_column}")
         sk = s["sketches"]
         lines.append(f"sketches   at version {sk['delta_version']} ({sk['versions_behind']} behind)")
+    parts = s.get("partitions")
+    if parts and parts["below_one_target_file"]:  # then no layout reads fewer files: say why
+        sizes = PartitionSizes(parts["count"], parts["largest_bytes"])
+        lines.append(f"layout     {sizes.describe(parts['target_file_bytes'])}")
     idx = s["index"]
     if idx is None:
         lines.append("index      off")

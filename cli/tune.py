@@ -16,11 +16,12 @@ from typing import Any
 
 from lakecluster import plots
 from lakecluster.compaction.advise import Candidate, Scored, WorkloadModel, recommend, sample_rows
+from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
 from lakecluster.compaction.workload import WorkloadError, parse_workload
 from lakecluster.errors import ConfigError, LakeclusterError
-from lakecluster.plots import human_bytes
+from lakecluster.sizes import human_bytes, mebibytes
 from lakecluster.table import LakeTable
 
 SHOWN_CANDIDATES = 12
@@ -70,18 +71,38 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
                      "current": all(getattr(cfg, k) == getattr(config.compaction, k) for k in axes)})  # fmt: skip
     return {"table": lake.uri, "version": table.version(), "files": len(files), "new_bytes": new_bytes,
             "axes": axes, "current": {"settings": {k: current.settings[k] for k in axes},
-                                      "point_query_files": current.point_query_files}, "grid": rows}  # fmt: skip
+                                      "point_query_files": current.point_query_files}, "grid": rows,
+            "no_difference": _grid_ties(rows, PartitionSizes.of_data_files(files))}  # fmt: skip
+
+
+def _grid_ties(rows: list[dict[str, Any]], sizes: PartitionSizes) -> str | None:
+    """Why no grid point reads fewer files than another (None when they differ)."""
+    if not rows:
+        return None
+    smallest_target = min(r["settings"]["target_file_bytes"] for r in rows)
+    if sizes.below_one_file(smallest_target):
+        return sizes.describe(smallest_target)
+    reads = {tuple(sorted(r["point_query_files"].items())) for r in rows}
+    if len(reads) == 1:
+        return "every setting predicts the same files read per point query: the grid does not tell them apart"
+    return None
+
+
+def setting_text(key: str, value: int) -> str:
+    """A threshold's value as the table shows it: sizes in binary units, counts as numbers."""
+    return human_bytes(value) if key.endswith("_bytes") else f"{value:,}"
 
 
 def format_text(data: dict[str, Any]) -> str:
     keys = list(data["axes"])
     columns = list(data["current"]["point_query_files"])
-    head = [*keys, "groups", "MB rewritten", "write amp.", "files after", *[f"reads {c}" for c in columns]]
+    head = [*keys, "groups", "rewritten", "write amp.", "files after", *[f"reads {c}" for c in columns]]
     lines = [f"{data['table']} at version {data['version']}: {data['files']:,} files, "
-             f"{data['new_bytes'] / 1e6:,.1f} MB not yet compacted; predicted for the next round:", ""]  # fmt: skip
+             f"{human_bytes(data['new_bytes'])} not yet compacted; predicted for the next round:", ""]  # fmt: skip
     table = [head]
     for r in data["grid"]:
-        table.append([*(f"{r['settings'][k]:,}" for k in keys), str(r["groups"]), f"{r['bytes_rewritten'] / 1e6:,.1f}",
+        table.append([*(setting_text(k, r["settings"][k]) for k in keys), str(r["groups"]),
+                      human_bytes(r["bytes_rewritten"]),
                       f"{r['write_amplification']:.2f}", f"{r['files_after']:,}",
                       *(f"{r['point_query_files'][c]:,.1f}" for c in columns)])  # fmt: skip
         if r["current"]:
@@ -89,18 +110,20 @@ def format_text(data: dict[str, Any]) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in table]
     lines.append("\n* the current settings")
+    if data.get("no_difference"):
+        lines.append(f"no setting reads fewer files than another: {data['no_difference']}")
     return "\n".join(lines)
 
 
 def grid_svg(data: dict[str, Any]) -> str:
-    """A scatter of mean point-query files against MB rewritten, one dot per grid point."""
+    """A scatter of mean point-query files against MiB rewritten, one dot per grid point."""
     points = []
     for r in data["grid"]:
-        x = r["bytes_rewritten"] / 1e6
+        x = mebibytes(r["bytes_rewritten"])
         y = sum(r["point_query_files"].values()) / max(len(r["point_query_files"]), 1)
-        label = ", ".join(f"{k}={v:,}" for k, v in r["settings"].items())
-        points.append((x, y, f"{label}: {x:,.1f} MB, {y:,.1f} files", bool(r["current"])))
-    return plots.scatter(points, "tune", "MB the next round rewrites",
+        label = ", ".join(f"{k}={setting_text(k, v)}" for k, v in r["settings"].items())
+        points.append((x, y, f"{label}: {human_bytes(r['bytes_rewritten'])}, {y:,.1f} files", bool(r["current"])))
+    return plots.scatter(points, "tune", "MiB the next round rewrites",
                          "files a point query reads (mean of the columns)")  # fmt: skip
 
 
@@ -128,20 +151,27 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
     try:
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise WorkloadError(f"cannot read the workload file {queries_path}: {e}") from None
+        raise WorkloadError(f"cannot read the workload file: {e}").in_file(f"--queries {queries_path}") from None
     t = config.table
-    queries = parse_workload(lines, t.columns)
+    try:
+        queries = parse_workload(lines, t.columns)
+    except WorkloadError as e:
+        raise e.in_file(queries_path) from None
     table = lake.delta.open()
     files, _ = snapshot_files(table, t.partition_by)
     used = {c for q in queries for c in q.columns}
     columns = [c.name for c in t.columns if c.name in used | set(t.clustering_columns) | set(t.partition_by)]
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     table_bytes = sum(f.size for f in files)
-    model = WorkloadModel(queries, sample, weights, table_bytes, config.compaction.target_file_bytes)
+    try:
+        model = WorkloadModel(queries, sample, weights, table_bytes, config.compaction.target_file_bytes)
+    except WorkloadError as e:
+        raise e.in_file(queries_path) from None
     weights = config.compaction.weights()
     current = Candidate(t.clustering_columns, tuple(weights.get(c, 1.0) for c in t.clustering_columns),
                         t.partition_by, current=True)  # fmt: skip
     ranked = recommend(model, current)
+    withheld = _why_no_recommendation(ranked, PartitionSizes.of_data_files(files), config.compaction.target_file_bytes)
 
     def row(s: Scored) -> dict[str, Any]:
         return {**s.candidate.describe(), "files": s.files, "mean_files_read": round(s.mean_files_read, 2),
@@ -152,8 +182,20 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
             "query_text": [q.text for q in queries], "sample_rows": sample.num_rows,
             "table_rows": sum(f.rows for f in files), "table_bytes": table_bytes,
             "target_file_bytes": config.compaction.target_file_bytes,
-            "candidates": [row(s) for s in ranked], "recommended": row(ranked[0]),
+            "candidates": [row(s) for s in ranked], "recommended": None if withheld else row(ranked[0]),
+            "no_recommendation": withheld,
             "current": row(next(s for s in ranked if s.candidate.current))}  # fmt: skip
+
+
+def _why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int) -> str | None:
+    """Why the best-ranked layout is no better than the others (None: it is a recommendation)."""
+    if sizes.below_one_file(target_file_bytes):
+        return sizes.describe(target_file_bytes)
+    means = {round(s.mean_files_read, 6) for s in ranked}
+    if len(means) == 1:
+        return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
+                "the workload does not tell them apart")  # fmt: skip
+    return None
 
 
 def _layout(c: dict[str, Any]) -> str:
@@ -165,7 +207,7 @@ def _layout(c: dict[str, Any]) -> str:
 
 def format_advice(data: dict[str, Any]) -> str:
     lines = [f"{data['workload']}: {data['queries']} queries; {data['table']} at version {data['version']}, "
-             f"{data['table_bytes'] / 1e6:,.1f} MB, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
+             f"{human_bytes(data['table_bytes'])}, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
              f"target {human_bytes(data['target_file_bytes'])} per file", "",
              "candidate layouts, best first (files a query of the workload reads):"]  # fmt: skip
     table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
@@ -180,7 +222,11 @@ def format_advice(data: dict[str, Any]) -> str:
     lines += ["  " + "  ".join(cell.ljust(w) if i == 1 else cell.rjust(w) for i, (cell, w) in
                                enumerate(zip(r, widths, strict=True))) for r in table]  # fmt: skip
     best, now = data["recommended"], data["current"]
-    lines += ["  * the current settings", "", "recommended settings:", "  [table]",
+    lines.append("  * the current settings")
+    if best is None:
+        lines += ["", f"no recommendation: {data['no_recommendation']}; keep the current settings"]
+        return "\n".join(lines)
+    lines += ["", "recommended settings:", "  [table]",
               f"  partition_by = {best['partition_by']!r}".replace("'", '"'),
               f"  clustering_columns = {best['clustering_columns']!r}".replace("'", '"')]  # fmt: skip
     if len(set(best["column_weights"].values())) > 1:

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from lakecluster.compaction.planner import DataFile
+from lakecluster.errors import LakeclusterError
 from lakecluster.layout import choose_levels
 
 from .workload import Predicate, Query, WorkloadError
@@ -112,7 +113,7 @@ class WorkloadModel:
     def __init__(self, queries: Sequence[Query], sample: pa.Table, weights: np.ndarray, table_bytes: int,
                  target_file_bytes: int) -> None:  # fmt: skip
         if sample.num_rows == 0:
-            raise WorkloadError("the table has no rows to sample: ingest some data before asking for a layout")
+            raise LakeclusterError("the table has no rows to sample: ingest some data before asking for a layout")
         self.queries = list(queries)
         self.sample = sample
         self.weights = np.asarray(weights, dtype=float)
@@ -137,8 +138,8 @@ class WorkloadModel:
                 selected = pc.and_(selected, pc.less_equal(column, column_scalar(p.high, column.type)))
             return [_selected(selected)]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as e:
-            raise WorkloadError(f"line {query.line}: cannot compare {p.column} ({column.type}) with the query's "
-                                f"value: {e}: {query.text}") from None  # fmt: skip
+            raise WorkloadError(f"cannot compare {p.column} ({column.type}) with the query's value: {e}: "
+                                f"{query.text}", line=query.line) from None  # fmt: skip
 
     def usage(self) -> Counter[str]:
         return Counter(c for q in self.queries for c in q.columns if c in self.sample.column_names)

@@ -46,6 +46,7 @@ from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout, clustering_depth
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
+from lakecluster.sizes import human_bytes
 from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
@@ -69,7 +70,7 @@ class GroupResult:
     def describe(self) -> str:
         if self.result != "committed":
             return f"{self.result}: {len(self.group.files)} files" + (f" ({self.message})" if self.message else "")
-        return (f"committed: {len(self.group.files)} files ({self.group.bytes / 1e6:,.1f} MB) -> {self.files_out} "
+        return (f"committed: {len(self.group.files)} files ({human_bytes(self.group.bytes)}) -> {self.files_out} "
                 f"in {self.seconds:.1f}s, point-query files {self.scanned_before:.1f} -> {self.scanned_after:.1f}")
 
 
@@ -260,7 +261,7 @@ class Compactor:
         left_bytes = sum(g.bytes for g in the_plan.groups)
         if total:
             self._progress(f"compaction: version {the_plan.table_version}, {total} group(s), "
-                           f"{left_bytes / 1e6:,.1f} MB to rewrite")  # fmt: skip
+                           f"{human_bytes(left_bytes)} to rewrite")  # fmt: skip
         for done, group in enumerate(the_plan.groups, start=1):
             if self.stopping:
                 break
@@ -273,7 +274,7 @@ class Compactor:
             results.append(result)
             left_bytes -= group.bytes
             self._progress(f"compaction: group {done}/{total} {result.describe()}; "
-                           f"left {total - done} group(s), {left_bytes / 1e6:,.1f} MB")  # fmt: skip
+                           f"left {total - done} group(s), {human_bytes(left_bytes)}")  # fmt: skip
         self.monitor.observe()
         metrics.COMPACTION_LAST_SUCCESS.set(time.time())
         return results
@@ -353,10 +354,11 @@ class Compactor:
         metrics.COMPACTION_BYTES_OUT.inc(bytes_out)
         metrics.COMPACTION_GROUP_SECONDS.observe(seconds)
         log.info(
-            "compacted %s: %d files (%.1f MB) -> %d files (%.1f MB) in %.1fs, generation %d, levels %s; "
+            "compacted %s: %d files (%s) -> %d files (%s) in %.1fs, generation %d, levels %s; "
             "files a point query reads here: %.1f -> %.1f (version %d; %s)",
-            dict(group.partition) or "table", len(group.files), group.bytes / 1e6, len(written), bytes_out / 1e6,
-            seconds, group.generation, layout.levels, before, after, result.version, group.reason,
+            dict(group.partition) or "table", len(group.files), human_bytes(group.bytes), len(written),
+            human_bytes(bytes_out), seconds, group.generation, layout.levels, before, after,
+            result.version, group.reason,
         )  # fmt: skip
         return GroupResult(group, "committed", len(written), bytes_out, seconds, result.version, before, after)
 
@@ -547,10 +549,10 @@ class BackgroundCompactor:
 
 def describe_plan(the_plan: Plan, target_file_bytes: int) -> str:
     lines = [f"table version {the_plan.table_version}: {the_plan.files_total} files, "
-             f"{the_plan.bytes_total / 1e6:.1f} MB; {len(the_plan.groups)} group(s) to rewrite"]  # fmt: skip
+             f"{human_bytes(the_plan.bytes_total)}; {len(the_plan.groups)} group(s) to rewrite"]  # fmt: skip
     for i, g in enumerate(the_plan.groups, 1):
         lines.append(
-            f"  {i}. partition {dict(g.partition) or '-'}: {len(g.files)} files, {g.bytes / 1e6:.1f} MB, "
+            f"  {i}. partition {dict(g.partition) or '-'}: {len(g.files)} files, {human_bytes(g.bytes)}, "
             f"{g.rows} rows -> ~{g.expected_files(target_file_bytes)} file(s) of generation {g.generation}; "
             f"why: {g.reason}"
         )

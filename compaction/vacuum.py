@@ -25,6 +25,7 @@ from lakecluster import metrics, storage
 from lakecluster.config import VacuumConfig
 from lakecluster.errors import RetentionError, TableNotFoundError
 from lakecluster.faults import pause_point
+from lakecluster.sizes import human_bytes
 from lakecluster.table import DeltaLocation, LakeTable
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,8 @@ def vacuum(spark: SparkSession | Callable[[], SparkSession], location: DeltaLoca
         metrics.VACUUM_BYTES.inc(report.bytes)
         metrics.VACUUM_LAST_SUCCESS.set(time.time())
     report.seconds = time.monotonic() - started
-    log.info("vacuum %s (retain %gh)%s: %d file(s), %.1f MB in %.1fs", uri, retention_hours,
-             " dry run" if dry_run else "", report.files, report.bytes / 1e6, report.seconds)  # fmt: skip
+    log.info("vacuum %s (retain %gh)%s: %d file(s), %s in %.1fs", uri, retention_hours,
+             " dry run" if dry_run else "", report.files, human_bytes(report.bytes), report.seconds)  # fmt: skip
     return report
 
 

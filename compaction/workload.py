@@ -17,12 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakecluster import predicate as P
-from lakecluster.errors import LakeclusterError, PredicateError
+from lakecluster.errors import InputError, PredicateError
 from lakecluster.schema import ColumnSpec
 
 
-class WorkloadError(LakeclusterError):
-    """A workload file that cannot be read, or a line of it that is not a WHERE clause on the table."""
+class WorkloadError(InputError):
+    """A workload file that cannot be read, or a line of it that is not a WHERE clause on the table
+    (``line``: its number; the command names the file as the :attr:`source`)."""
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        self.line = line
+        super().__init__(message)
+
+    def in_file(self, path: str) -> WorkloadError:
+        """The error with its source: the file, and the line when one is to blame."""
+        self.source = path if self.line is None else f"{path} line {self.line}"
+        return self
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,7 @@ def parse_workload(lines: Iterable[str], columns: Sequence[ColumnSpec]) -> list[
             tree = P.parse(clause, columns)
         except PredicateError as e:
             at = f" at character {e.position + 1}" if e.position is not None else ""
-            raise WorkloadError(f"line {number}: {e.message}{at}: {text}") from None
+            raise WorkloadError(f"{e.message}{at}: {text}", line=number) from None
         queries.append(Query(number, text, tuple(_distinct(p) for p in _merge(_predicates(tree)))))
     if not queries:
         raise WorkloadError("the workload file holds no WHERE clause (one per line)")

@@ -6,6 +6,7 @@ from typing import Any
 
 from lakecluster.index.prune import PruneResult, prune
 from lakecluster.index.spec import IndexSpec
+from lakecluster.sizes import human_bytes
 
 
 def _pct(part: int, whole: int) -> float:
@@ -39,7 +40,7 @@ def report(r: PruneResult, table: str) -> dict[str, Any]:
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB"
+    return human_bytes(n)
 
 
 def _freshness(idx: dict[str, Any]) -> str:

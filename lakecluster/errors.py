@@ -2,17 +2,52 @@
 
 from __future__ import annotations
 
+from lakecluster.suggest import did_you_mean
+
 
 class LakeclusterError(Exception):
     """Base class of every error lakecluster raises on purpose."""
 
 
-class ConfigError(LakeclusterError, ValueError):
-    """A configuration key is unknown, missing, or has a bad value."""
+class InputError(LakeclusterError, ValueError):
+    """The user's input is wrong: a configuration key, a flag's value, a where-clause, a query file.
 
-    def __init__(self, key: str, message: str) -> None:
+    The command exits with status 2 and one line naming where the input came from (:attr:`source`:
+    a file and line, ``--set key``, an environment variable, a flag), set by whoever knows it.
+    """
+
+    source: str | None = None
+
+    def one_line(self) -> str:
+        """The error as the command line prints it: its source, then what is wrong, on one line."""
+        return f"{self.source}: {self}" if self.source else str(self)
+
+
+class ConfigError(InputError):
+    """A configuration key is unknown, missing, or has a bad value.
+
+    ``related`` names the other keys of a check between keys (their sources are named too);
+    ``suggestion`` is the known key nearest to an unknown one.
+    """
+
+    def __init__(self, key: str, message: str, *, related: tuple[str, ...] = (), suggestion: str | None = None) -> None:
         self.key = key
-        super().__init__(f"config key '{key}': {message}")
+        self.related = related
+        self.suggestion = suggestion
+        # A flag's own error (--config, --set) names no key of the configuration.
+        super().__init__(message if key.startswith("-") else f"config key '{key}': {message}")
+
+    def one_line(self) -> str:
+        where = f" in {self.source}" if self.source else ""
+        return f"configuration error{where}: {self}"
+
+
+class UsageError(InputError):
+    """A command-line flag has a value the command cannot use (the flag is the :attr:`source`)."""
+
+    def __init__(self, source: str, message: str) -> None:
+        self.source = source
+        super().__init__(message)
 
 
 class JarResolutionError(LakeclusterError):
@@ -92,7 +127,7 @@ class StatsIndexError(LakeclusterError):
     """The column-stats index is missing, unreadable, stale or inconsistent (it can be rebuilt)."""
 
 
-class PredicateError(LakeclusterError, ValueError):
+class PredicateError(InputError):
     """A where-clause cannot be parsed or typed; carries the character position of the problem."""
 
     def __init__(self, message: str, text: str = "", position: int | None = None) -> None:
@@ -107,6 +142,11 @@ class PredicateError(LakeclusterError, ValueError):
             where = f" at position {position}"
         super().__init__(f"{message}{where}")
 
+    def one_line(self) -> str:
+        """The message and the position in the clause, without the caret's extra lines."""
+        at = f", character {self.position + 1}" if self.position is not None else ""
+        return f"{self.source or 'where-clause'}{at}: {self.message}"
+
 
 class UnknownColumnError(PredicateError):
     """A where-clause names a column the table does not have; the message lists the known ones."""
@@ -114,4 +154,5 @@ class UnknownColumnError(PredicateError):
     def __init__(self, column: str, known: list[str], text: str = "", position: int | None = None) -> None:
         self.column = column
         self.known = known
-        super().__init__(f"unknown column '{column}'; known columns: {', '.join(known)}", text, position)
+        hint = did_you_mean(column, known)
+        super().__init__(f"unknown column '{column}'{hint}; known columns: {', '.join(known)}", text, position)

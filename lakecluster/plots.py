@@ -1,5 +1,5 @@
 """Small SVG plots for the pages the commands write (``report``, ``tune``), and the units their
-labels and ``status``'s lines use. No plotting library: the pages open offline and the package
+labels use (:mod:`lakecluster.sizes`). No plotting library: the pages open offline and the package
 needs nothing more. Every function takes numbers already computed and returns markup."""
 
 from __future__ import annotations
@@ -9,15 +9,6 @@ from collections.abc import Mapping, Sequence
 
 WIDTH, HEIGHT, PAD = 720, 260, 48
 BLUE, ORANGE, RED, GREEN = "#4c78a8", "#f58518", "#e45756", "#54a24b"
-
-
-def human_bytes(n: float) -> str:
-    """``n`` bytes in binary units: ``512 B``, ``1.5 KiB``, ... ``2.0 TiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
 
 
 def size_label(up_to: int | None) -> str:

@@ -14,7 +14,8 @@
                | TIMESTAMP 'yyyy-mm-dd hh:mm:ss[.ffffff][+hh:mm]'
 
 Keywords are case-insensitive; a column is matched exactly, else case-insensitively, and may be
-back-quoted. Every literal is typed by its column while parsing (a date column takes '1995-01-01',
+back-quoted. Functions (``upper(s_city)``) are refused: file statistics cannot answer them. Every
+literal is typed by its column while parsing (a date column takes '1995-01-01',
 a decimal column 12.345, a double column NaN), so errors point at the offending literal. Every
 error is a ``PredicateError`` carrying the character position.
 """
@@ -267,12 +268,19 @@ class _Parser:
             raise self.error(f"expected a column name, found {self.found()}")
         self.i += 1
         name = t.value
+        self.refuse_function(t)
         if name in self.columns:
             return self.columns[name]
         folded = [c for n, c in self.columns.items() if n.lower() == name.lower()]
         if len(folded) == 1:
             return folded[0]
         raise UnknownColumnError(name, list(self.columns), self.text, t.pos)
+
+    def refuse_function(self, name: Token) -> None:
+        """A name followed by '(' is a function call, which no file statistics can answer."""
+        if self.tok.kind == "punct" and self.tok.text == "(":
+            raise PredicateError(f"functions are not supported: {name.text}(...); compare a column with a value, "
+                                 "e.g. s_city = 'UNITED KI1'", self.text, name.pos)  # fmt: skip
 
     def starts_literal(self) -> bool:
         t = self.tok
@@ -298,6 +306,9 @@ class _Parser:
             op_tok = self.tok
             self.i += 1
             if self.tok.kind == "ident":
+                self.i += 1
+                self.refuse_function(self.tokens[self.i - 1])
+                self.i -= 1
                 if self.tok.text.lower() not in {c.lower() for c in self.columns}:
                     raise self.error(f"expected a value after '{op_tok.text}', found {self.found()}; "
                                      f"{quote_hint(self.text, self.tok.pos)}")  # fmt: skip

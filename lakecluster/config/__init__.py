@@ -8,7 +8,7 @@ key=value`` flags. Everything is validated before Spark starts; a bad key or val
 """
 
 from lakecluster.config.describe import REDACTED, describe, is_secret
-from lakecluster.config.load import ENV_PREFIX, TEST_ENV_PREFIX, load_config, parse_overrides
+from lakecluster.config.load import ENV_PREFIX, TEST_ENV_PREFIX, config_origins, load_config, locate, parse_overrides
 from lakecluster.config.sections import (
     DEFAULT_COLUMNS,
     MAX_CLUSTERING_COLUMNS,
@@ -54,9 +54,11 @@ __all__ = [
     "StreamConfig",
     "TableConfig",
     "VacuumConfig",
+    "config_origins",
     "describe",
     "is_secret",
     "load_config",
+    "locate",
     "parse_overrides",
     "parse_starting_offsets",
     "validate",

@@ -5,12 +5,16 @@ a string is expected, is an error naming the key, never a silent coercion. Envir
 values are read as TOML values (``3``, ``true``, ``["a", "b"]``, ``"text"``); a value that is not
 valid TOML is taken as a plain string, so ``--set table.path=/data/t`` needs no quotes. Error
 messages never show the value of a secret key (:func:`~lakecluster.config.describe.is_secret`).
+
+Every error names where the key's value came from (:attr:`ConfigError.source`): the file and
+line, the environment variable, or the ``--set`` flag; an unknown key gets the nearest known one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -23,6 +27,7 @@ from lakecluster.config.sections import Config
 from lakecluster.config.validate import validate
 from lakecluster.errors import ConfigError
 from lakecluster.schema import ColumnSpec
+from lakecluster.suggest import nearest
 
 ENV_PREFIX = "LAKECLUSTER_"
 TEST_ENV_PREFIX = ENV_PREFIX + "TEST_"  # test hooks (faults.py), not configuration
@@ -49,24 +54,112 @@ def load_config(
             the key (``.key``).
     """
     data: dict[str, Any] = {}
+    origins = config_origins(path, overrides=overrides, environ=environ)
     if path is not None:
         p = Path(path)
         try:
-            data = tomllib.loads(p.read_text())
+            text = p.read_text()
+            data = tomllib.loads(text)
         except FileNotFoundError:
-            raise ConfigError("--config", f"file not found: {p}") from None
+            raise _at(ConfigError("--config", f"file not found: {p}"), f"--config {p}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise _at(ConfigError("--config", f"cannot read {p}: {e}"), f"--config {p}") from None
         except tomllib.TOMLDecodeError as e:
-            raise ConfigError("--config", f"{p} is not valid TOML: {e}") from None
-    env = os.environ if environ is None else environ
-    for name, value in sorted(env.items()):
-        if name.startswith(ENV_PREFIX) and not name.startswith(TEST_ENV_PREFIX):
-            key = ".".join(part.lower() for part in name[len(ENV_PREFIX) :].split("__"))
-            _set_path(data, key, _parse_value(value), source=name)
+            raise _at(ConfigError("--config", f"not valid TOML: {e}"), str(p)) from None
+    for name, key, value in _environment(environ):
+        _set_path(data, key, _parse_value(value), source=name)
     for key, value in (overrides or {}).items():
         _set_path(data, key, _parse_value(value), source=f"--set {key}")
-    config = _build(Config, data, "")
-    validate(config)
+    try:
+        config = _build(Config, data, "")
+        validate(config)
+    except ConfigError as e:
+        raise locate(e, origins) from None
     return config
+
+
+def config_origins(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Where each key given a value came from, the last source winning as in :func:`load_config`:
+    ``"<file> line <n>"``, the environment variable's name, or ``"--set <key>"``."""
+    origins: dict[str, str] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        origins.update((key, f"{path} line {line}") for key, line in _file_lines(text).items())
+    origins.update((key, name) for name, key, _ in _environment(environ))
+    origins.update((key, f"--set {key}") for key in overrides or {})
+    return origins
+
+
+def _environment(environ: Mapping[str, str] | None) -> list[tuple[str, str, str]]:
+    """(variable, dotted key, value) of every ``LAKECLUSTER_*`` configuration variable."""
+    env = os.environ if environ is None else environ
+    return [(name, ".".join(part.lower() for part in name[len(ENV_PREFIX) :].split("__")), value)
+            for name, value in sorted(env.items())
+            if name.startswith(ENV_PREFIX) and not name.startswith(TEST_ENV_PREFIX)]  # fmt: skip
+
+
+def _at(error: ConfigError, source: str) -> ConfigError:
+    error.source = source
+    return error
+
+
+def locate(error: ConfigError, origins: Mapping[str, str]) -> ConfigError:
+    """``error`` with the sources of its keys (:func:`config_origins`; none for keys left at
+    their defaults), and for an unknown key from the environment the variable of the nearest key."""
+    sources = [s for key in (error.key, *error.related) if (s := _origin(key, origins)) is not None]
+    error.source = ", ".join(dict.fromkeys(sources)) or None
+    own = _origin(error.key, origins)
+    if error.suggestion and own is not None and own.startswith(ENV_PREFIX):
+        name = ENV_PREFIX + "__".join(part.upper() for part in error.suggestion.split("."))
+        error.args = (error.args[0].replace(f"'{error.suggestion}'?", f"'{error.suggestion}' ({name})?"),)
+    return error
+
+
+def _origin(key: str, origins: Mapping[str, str]) -> str | None:
+    """Where ``key`` came from: the longest of it and its parents that a source gave
+    (``table.columns[2].name`` came with ``table.columns``)."""
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    for end in range(len(parts), 0, -1):
+        found = origins.get(".".join(parts[:end]))
+        if found is not None:
+            return found
+    below = [origin for given, origin in origins.items() if given.startswith(key + ".")]  # an unknown section
+    return below[0] if below else None
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_ASSIGNMENT = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+
+
+def _file_lines(text: str) -> dict[str, int]:
+    """The line of each table header and key assignment of a TOML file, by dotted key."""
+    lines: dict[str, int] = {}
+    section = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            section = _dotted(header.group(1))
+            lines.setdefault(section, number)
+            continue
+        assignment = _ASSIGNMENT.match(line)
+        if assignment:
+            key = _dotted(assignment.group(1))
+            lines.setdefault(f"{section}.{key}" if section else key, number)
+    return lines
+
+
+def _dotted(key: str) -> str:
+    """A TOML key as one dotted name: parts unquoted, spaces around the dots dropped."""
+    return ".".join(part.strip().strip("\"'") for part in re.split(r"\.(?=(?:[^\"']|\"[^\"]*\"|'[^']*')*$)", key))
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
@@ -75,7 +168,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(item, "--set takes key=value, e.g. --set table.path=/data/t")
+            raise _at(ConfigError("--set", "takes key=value, e.g. --set table.path=/data/t"), f"--set {item}")
         out[key.strip()] = value
     return out
 
@@ -103,12 +196,12 @@ def _set_path(data: dict[str, Any], key: str, value: Any, *, source: str) -> Non
         if tp is not None and _is_options(tp):
             options = node.get(part, {})
             if not isinstance(options, dict):
-                raise ConfigError(key, f"{source} sets an option below '{part}', which is not a table")
+                raise _at(ConfigError(key, f"sets an option below '{part}', which is not a table"), source)
             node[part] = {**_flat(options), ".".join(parts[i + 1 :]): value}
             return
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(key, f"{source} sets a key below '{part}', which is not a section")
+            raise _at(ConfigError(key, f"sets a key below '{part}', which is not a section"), source)
         node = child
         cls = tp
     node[parts[-1]] = value
@@ -154,7 +247,10 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown key; known keys here: {', '.join(sorted(fields))}")
+        match = nearest(unknown[0], fields)
+        hint = f"did you mean '{prefix}{match}'? " if match else ""
+        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown key; {hint}known keys here: {', '.join(sorted(fields))}",
+                          suggestion=f"{prefix}{match}" if match else None)  # fmt: skip
     kwargs = {name: _convert(hints[name], data[name], f"{prefix}{name}") for name in data}
     return cls(**kwargs)
 

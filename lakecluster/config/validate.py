@@ -1,4 +1,5 @@
-"""Validation: relations between keys, checked once at load, each error naming its key."""
+"""Validation: relations between keys, checked once at load, each error naming its key; a check
+between keys names the other keys too (``related``) and shows every value it compared."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from lakecluster.config.sections import (
 )
 from lakecluster.errors import ConfigError
 from lakecluster.schema import validate_type
+from lakecluster.sizes import human_bytes
+from lakecluster.suggest import did_you_mean
 from lakecluster.uris import is_local
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -74,12 +77,14 @@ def validate(config: Config) -> None:
             "vacuum.retention_hours",
             f"{v.retention_hours:g} h is below {MIN_RETENTION_HOURS:g} h: files a running rewrite or a slow "
             "reader still needs could be deleted; set vacuum.force = true if you are sure",
+            related=("vacuum.force",),
         )
     _validate_index(config.index, t)
     rt = config.retry
     _positive("retry.initial_backoff_s", rt.initial_backoff_s)
     if rt.max_backoff_s < rt.initial_backoff_s:
-        raise ConfigError("retry.max_backoff_s", "must be >= retry.initial_backoff_s")
+        raise ConfigError("retry.max_backoff_s", f"{rt.max_backoff_s:g} must be >= retry.initial_backoff_s "
+                          f"{rt.initial_backoff_s:g}", related=("retry.initial_backoff_s",))  # fmt: skip
     if rt.give_up_after_s < 0:
         raise ConfigError("retry.give_up_after_s", "must be >= 0 (0 retries transient faults forever)")
     if not 0 <= config.metrics.port <= 65535:
@@ -116,12 +121,15 @@ def _validate_table(t: TableConfig) -> None:
     for list_key, listed in (("partition_by", t.partition_by), ("clustering_columns", t.clustering_columns)):
         for name in listed:
             if name not in names:
-                raise ConfigError(f"table.{list_key}", f"unknown column '{name}'; columns: {', '.join(names)}")
+                raise ConfigError(f"table.{list_key}", f"unknown column '{name}'{did_you_mean(name, names)}; "
+                                                       f"columns: {', '.join(names)}")  # fmt: skip
     if not 1 <= len(t.clustering_columns) <= MAX_CLUSTERING_COLUMNS:
         raise ConfigError("table.clustering_columns", f"give 1 to {MAX_CLUSTERING_COLUMNS} columns")
     overlap = set(t.partition_by) & set(t.clustering_columns)
     if overlap:
-        raise ConfigError("table.clustering_columns", f"{sorted(overlap)} are partition columns")
+        raise ConfigError("table.clustering_columns", f"{sorted(overlap)} are partition columns (table.partition_by "
+                          f"= {list(t.partition_by)}): a partition column has one value per file",
+                          related=("table.partition_by",))  # fmt: skip
 
 
 def _validate_paths(config: Config) -> None:
@@ -131,7 +139,8 @@ def _validate_paths(config: Config) -> None:
 
     paths = TablePaths.of(config)
     if paths.quarantine == paths.table:
-        raise ConfigError("table.quarantine_path", "must differ from table.path")
+        raise ConfigError("table.quarantine_path", f"{paths.quarantine!r} must differ from table.path {paths.table!r}",
+                          related=("table.path",))  # fmt: skip
     master = config.spark.master
     if master.startswith("local"):
         return
@@ -141,6 +150,7 @@ def _validate_paths(config: Config) -> None:
                 key,
                 f"{path!r} is a local path, but spark.master is {master!r}: executors on other machines would "
                 "each write their own copy; use shared storage such as s3://bucket/path",
+                related=("spark.master",),
             )
 
 
@@ -148,7 +158,9 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
     for name, value in c.column_weights.items():
         if name not in t.clustering_columns:
             known = ", ".join(t.clustering_columns)
-            raise ConfigError(f"compaction.column_weights.{name}", f"not a clustering column; known: {known}")
+            hint = did_you_mean(name, t.clustering_columns)
+            raise ConfigError(f"compaction.column_weights.{name}", f"not a clustering column{hint}; table.clustering_"
+                              f"columns: {known}", related=("table.clustering_columns",))  # fmt: skip
         try:
             ok = float(value) > 0
         except ValueError:
@@ -161,9 +173,12 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
     if c.stop_timeout_s < 0:
         raise ConfigError("compaction.stop_timeout_s", "must be >= 0 (0: abandon the group in flight at once)")
     if c.min_file_bytes > c.target_file_bytes:
-        raise ConfigError("compaction.min_file_bytes", "must be <= compaction.target_file_bytes")
+        raise ConfigError("compaction.min_file_bytes", f"{_size(c.min_file_bytes)} must be <= compaction.target_file_"
+                          f"bytes {_size(c.target_file_bytes)}", related=("compaction.target_file_bytes",))  # fmt: skip
     if c.max_group_bytes < c.target_file_bytes:
-        raise ConfigError("compaction.max_group_bytes", "must be >= compaction.target_file_bytes")
+        raise ConfigError("compaction.max_group_bytes", f"{_size(c.max_group_bytes)} must be >= compaction.target_"
+                          f"file_bytes {_size(c.target_file_bytes)}",
+                          related=("compaction.target_file_bytes",))  # fmt: skip
     if c.local_rewrite_max_bytes < 0:
         raise ConfigError("compaction.local_rewrite_max_bytes", f"must be >= 0, got {c.local_rewrite_max_bytes}")
     if c.merge_fanout < 2:
@@ -174,13 +189,19 @@ def _validate_index(c: IndexConfig, t: TableConfig) -> None:
     names = [col.name for col in t.columns]
     for i, name in enumerate(c.columns):
         if name not in names:
-            raise ConfigError(f"index.columns[{i}]", f"unknown column '{name}'; columns: {', '.join(names)}")
+            raise ConfigError(f"index.columns[{i}]", f"unknown column '{name}'{did_you_mean(name, names)}; "
+                                                     f"columns: {', '.join(names)}")  # fmt: skip
     if c.path is not None and not c.path.strip():
         raise ConfigError("index.path", "must not be empty (leave it unset for <table.path>/_lakecluster/index)")
     for key in ("max_columns", "row_group_rows", "max_segments"):
         _positive(f"index.{key}", getattr(c, key))
     if c.gc_grace_s < 0:
         raise ConfigError("index.gc_grace_s", "must be >= 0")
+
+
+def _size(n: int) -> str:
+    """A byte count as a cross-key error shows it: exact, and in binary units when large."""
+    return f"{n:,}" if n < 1024 else f"{n:,} ({human_bytes(n)})"
 
 
 def _positive(key: str, value: float | None) -> None:
@@ -192,7 +213,9 @@ def _validate_kafka(kc: KafkaSourceConfig) -> None:
     if not kc.bootstrap_servers.strip():
         raise ConfigError("source.kafka.bootstrap_servers", "must not be empty")
     if bool(kc.topics) == bool(kc.topic_pattern):
-        raise ConfigError("source.kafka.topics", "set exactly one of topics or topic_pattern")
+        raise ConfigError("source.kafka.topics", f"set exactly one of topics or topic_pattern (topics = "
+                          f"{list(kc.topics)}, topic_pattern = {kc.topic_pattern!r})",
+                          related=("source.kafka.topic_pattern",))  # fmt: skip
     if kc.topic_pattern:
         try:
             re.compile(kc.topic_pattern)

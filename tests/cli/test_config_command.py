@@ -113,6 +113,15 @@ def _configure(how: str, key: str, value: str, tmp_path: Path, monkeypatch: pyte
     return ["--set", f"{key}={value}"]
 
 
+def _source(how: str, key: str, tmp_path: Path) -> str:
+    """Where the one-line message says ``key`` was set, as ``_configure`` set it."""
+    if how == "file":
+        return f"{tmp_path / 'c.toml'} line 2"
+    if how == "env":
+        return "LAKECLUSTER_" + key.upper().replace(".", "__")
+    return f"--set {key}"
+
+
 @pytest.mark.parametrize(("how", "key", "value", "message"), STRICT)
 def test_values_are_typed_strictly_never_coerced(
     tmp_path: Path,
@@ -127,7 +136,7 @@ def test_values_are_typed_strictly_never_coerced(
     assert main([*args, "config"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == f"lakecluster: configuration error: config key '{key}': {message}\n"
+    assert err == f"lakecluster: configuration error in {_source(how, key, tmp_path)}: config key '{key}': {message}\n"
 
 
 @pytest.mark.parametrize(
@@ -164,13 +173,15 @@ def _known(cls: type) -> str:
 
 
 @pytest.mark.parametrize(
-    ("how", "key", "value", "named", "cls"),
+    ("how", "key", "value", "named", "cls", "meant"),
     [
-        ("set", "table.clustring_columns", '["s_city"]', "table.clustring_columns", TableConfig),
-        ("file", "source.kafka.connect_retries", "5", "source.kafka.connect_retries", KafkaSourceConfig),
-        ("env", "tabel.path", "/data/t", "tabel", Config),
+        ("set", "table.clustring_columns", '["s_city"]', "table.clustring_columns", TableConfig,
+         "'table.clustering_columns'"),
+        ("file", "source.kafka.connect_retries", "5", "source.kafka.connect_retries", KafkaSourceConfig,
+         "'source.kafka.connect_timeout_s'"),
+        ("env", "tabel.path", "/data/t", "tabel", Config, "'table' (LAKECLUSTER_TABLE)"),
     ],
-)
+)  # fmt: skip
 def test_unknown_key_is_named_with_the_known_ones(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -180,13 +191,13 @@ def test_unknown_key_is_named_with_the_known_ones(
     value: str,
     named: str,
     cls: type,
+    meant: str,
 ) -> None:
     args = _configure(how, key, value, tmp_path, monkeypatch)
     assert main([*args, "config"]) == 2
     err = capsys.readouterr().err
-    assert err == f"lakecluster: configuration error: config key '{named}': unknown key; known keys here: " + (
-        f"{_known(cls)}\n"
-    )
+    assert err == (f"lakecluster: configuration error in {_source(how, key, tmp_path)}: config key '{named}': "
+                   f"unknown key; did you mean {meant}? known keys here: {_known(cls)}\n")  # fmt: skip
 
 
 def _accepts(host: str, port: int) -> bool:

@@ -58,14 +58,14 @@ def test_the_compactor_shows_each_round_and_group_with_what_is_left(filled, tmp_
     out, err = _compact_until(args, "left 0 group(s)", "stdout")
     lines = [ln for ln in out.splitlines() if ln.startswith("compaction:")]
     assert lines, out + err[-2000:]
-    head = re.fullmatch(r"compaction: version (\d+), (\d+) group\(s\), ([\d.,]+) MB to rewrite", lines[0])
+    head = re.fullmatch(r"compaction: version (\d+), (\d+) group\(s\), ([\d.,]+) (B|KiB|MiB|GiB) to rewrite", lines[0])
     assert head, lines[0]
     groups = int(head.group(2))
     assert groups >= 1
     for i, line in enumerate(lines[1 : groups + 1], start=1):
         assert line.startswith(f"compaction: group {i}/{groups} committed: "), line
         assert f"left {groups - i} group(s)" in line and "point-query files" in line, line
-    assert lines[groups].endswith("left 0 group(s), 0.0 MB")
+    assert lines[groups].endswith("left 0 group(s), 0 B")
 
 
 def test_beside_json_logs_stdout_stays_quiet_and_log_lines_are_json(filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

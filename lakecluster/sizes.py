@@ -1,0 +1,21 @@
+"""Sizes as people read them: binary units (KiB, MiB, GiB), the units ``status``, ``tune``,
+``explain``, ``vacuum`` and the compactor's progress lines all print, so that one table's numbers
+agree wherever they are shown. JSON output keeps the raw byte counts."""
+
+from __future__ import annotations
+
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes in binary units: ``512 B``, ``1.5 KiB``, ... ``2.0 TiB``."""
+    for unit in UNITS:
+        if abs(n) < 1024 or unit == UNITS[-1]:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def mebibytes(n: float) -> float:
+    """``n`` bytes in MiB, for a plot's axis (one unit along the whole axis)."""
+    return n / 2**20
