@@ -20,8 +20,9 @@ from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
 from lakecluster.compaction.workload import WorkloadError, parse_workload
-from lakecluster.errors import ConfigError, LakeclusterError
+from lakecluster.errors import LakeclusterError, UsageError
 from lakecluster.sizes import human_bytes, mebibytes
+from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable
 
 SHOWN_CANDIDATES = 12
@@ -35,7 +36,8 @@ def parse_axis(text: str) -> tuple[str, list[int]]:
     key, sep, values = text.partition("=")
     key = key.strip().removeprefix("compaction.")
     if not sep or key not in TUNABLE:
-        raise ConfigError(f"--grid {text}", f"takes KEY=V1,V2,... with KEY one of {', '.join(TUNABLE)}")
+        raise UsageError("--grid", f"{text!r} is not KEY=V1,V2,... with KEY one of {', '.join(TUNABLE)}"
+                         f"{did_you_mean(key, TUNABLE)}")
     out = []
     for raw in values.split(","):
         v = raw.strip()
@@ -43,7 +45,7 @@ def parse_axis(text: str) -> tuple[str, list[int]]:
         try:
             out.append(int(float(v[: -len(unit)]) * UNITS[unit]) if unit else int(v))
         except ValueError:
-            raise ConfigError(f"--grid {text}", f"{v!r} is not a whole number (units: {', '.join(UNITS)})") from None
+            raise UsageError("--grid", f"{v!r} in {text!r} is not a whole number (units: {', '.join(UNITS)})") from None
     return key, out
 
 
