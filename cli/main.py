@@ -233,7 +233,7 @@ def _storage_cause(error: BaseException, context: Context | None) -> str | None:
     """The message of an object-store failure of the table, naming its cause; None for other failures."""
     if context is None:
         return None
-    found = failures.storage_error(error, context.config.table.path, context.config.storage)
+    found = failures.storage_error(error, context.table.uri, context.table.storage)
     return None if found is None else f"{type(found).__name__}: {found}"
 
 
