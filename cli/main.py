@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from lakecluster import class_archive
+from lakecluster import class_archive, failures
 from lakecluster.cli import commands
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import quiet_broken_pipe
@@ -194,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_format == "json":
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter())
+    context: Context | None = None
     try:
         overrides = parse_overrides(args.set)
         if args.debug:  # the JVM's own reports too, unless the configuration says otherwise
@@ -204,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:
         return _fail(args, e, e.one_line(), 2)
     except LakeclusterError as e:
-        return _fail(args, e, f"{type(e).__name__}: {e}", 1)
+        return _fail(args, e, _storage_cause(e, context) or f"{type(e).__name__}: {e}", 1)
     except BrokenPipeError:
         quiet_broken_pipe()
         return 141
@@ -212,6 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("lakecluster: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        if (cause := _storage_cause(e, context)) is not None:
+            return _fail(args, e, cause, 1)
         return _fail(args, e, f"unexpected {type(e).__name__}: {_first_line(str(e))} (run with --debug for the trace)",
                      1)  # fmt: skip
 
@@ -258,6 +261,14 @@ def _fail(args: argparse.Namespace, error: BaseException, message: str, status: 
         traceback.print_exception(error)
     print(f"lakecluster: {message}", file=sys.stderr, flush=True)
     return status
+
+
+def _storage_cause(error: BaseException, context: Context | None) -> str | None:
+    """The message of an object-store failure of the table, naming its cause; None for other failures."""
+    if context is None:
+        return None
+    found = failures.storage_error(error, context.table.uri, context.table.storage)
+    return None if found is None else f"{type(found).__name__}: {found}"
 
 
 def _first_line(text: str) -> str:

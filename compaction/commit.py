@@ -32,8 +32,16 @@ from lakecluster.table import DeltaLocation, parse_user_metadata
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_CONFLICTS = ("ConcurrentDeleteDeleteException", "ConcurrentDeleteReadException", "ConcurrentTransactionException",
-              "MetadataChangedException", "ProtocolChangedException")  # fmt: skip
+# Delta's conflicts a rewrite can lose, and what each means for it.
+_CONFLICTS = {
+    "ConcurrentDeleteDeleteException": "another commit (a second compactor, a delete) removed input files of the "
+                                       "group after this rewrite's transaction started",
+    "ConcurrentDeleteReadException": "another commit (a second compactor, a delete) removed files this rewrite read "
+                                     "after its transaction started",
+    "ConcurrentTransactionException": "another commit of the same application id landed first",
+    "MetadataChangedException": "the table's metadata (schema, properties) changed while the group was rewritten",
+    "ProtocolChangedException": "the table's protocol changed while the group was rewritten",
+}  # fmt: skip
 
 GoneSince = Callable[[int, Sequence[str]], list[str]]  # (version, paths) -> the paths not live at it
 
@@ -118,8 +126,15 @@ class RewriteCommit:
         return {**self.details, "attempt": self.attempt}
 
     def refused(self, text: str) -> Exception | None:
-        if any(name in text for name in _CONFLICTS):
-            return CompactionConflictError(f"another commit conflicted with the rewrite: {delta_txn.first_line(text)}")
+        for name, meaning in _CONFLICTS.items():
+            if name in text:
+                # Delta's message, under the exception's name (pyspark's conversion of it drops the name).
+                delta = delta_txn.first_line(text)
+                delta = delta if name in delta else f"{name}: {delta}"
+                return CompactionConflictError(
+                    f"{meaning}; the rewrite is abandoned and nothing was lost (the table keeps that commit's "
+                    f"files, this rewrite's new files are left unreferenced for vacuum): {delta}"
+                )
         return None
 
     def landed_in(self, actions: Sequence[dict]) -> bool:

@@ -8,6 +8,7 @@ tracking, in-commit timestamps), lakecluster supplies the actions.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -121,10 +122,16 @@ def append_blocker(facts: TableFacts, fields: Sequence[dict], partition_by: Sequ
     return None
 
 
+# py4j's own first line of a failed call ("An error occurred while calling o75.commit."): the JVM's
+# exception and its message follow on the next line, after ": ".
+_PY4J_CALL = re.compile(r"An error occurred while calling [\w.$]+\.?$")
+
+
 def first_line(text: str) -> str:
-    """The first non-blank line of a JVM error's text, clipped (its message, not the stack)."""
+    """The first non-blank line of a JVM error's text, clipped: the exception and its message,
+    not py4j's line about the call nor the stack."""
     for line in text.splitlines():
-        line = line.strip()
-        if line:
+        line = line.strip().removeprefix(": ").strip()
+        if line and not _PY4J_CALL.match(line):
             return line[:300]
     return text[:300]

@@ -62,6 +62,10 @@ class BrokerUnavailableError(SourceError):
     """No Kafka broker answered after the configured retries."""
 
 
+class KafkaLoginError(BrokerUnavailableError):
+    """A Kafka broker answered but refused the configured SASL login."""
+
+
 class TopicNotFoundError(SourceError):
     """A configured Kafka topic (or pattern) matches no topic on the broker."""
 
@@ -72,6 +76,18 @@ class DataLossError(SourceError):
 
 class TableError(LakeclusterError):
     """The Delta table cannot be created, opened or written."""
+
+
+class StorageError(LakeclusterError):
+    """The object store refused or could not serve a request; ``cause`` names why, ``hint`` what to do."""
+
+    def __init__(self, location: str, cause: str, hint: str, detail: str = "") -> None:
+        self.location = location
+        self.cause = cause
+        self.hint = hint
+        self.detail = detail
+        where = f" ({detail})" if detail else ""
+        super().__init__(f"{location}: {cause}{where}; {hint}")
 
 
 class TableNotFoundError(TableError):

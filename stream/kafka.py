@@ -18,9 +18,13 @@ import time
 from typing import Any
 
 from lakecluster.config import KafkaSourceConfig
-from lakecluster.errors import BrokerUnavailableError, ConfigError, TopicNotFoundError
+from lakecluster.errors import BrokerUnavailableError, ConfigError, KafkaLoginError, TopicNotFoundError
+from lakecluster.stream import kafka_login
 
 log = logging.getLogger(__name__)
+# While no broker answers, a line saying so at the first failed try and then this often: a start
+# waiting out source.kafka.connect_timeout_s (30 s by default) is never silent.
+PROGRESS_EVERY_S = 10.0
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> next offset to read
 
 
@@ -80,40 +84,66 @@ def client_kwargs(k: KafkaSourceConfig) -> dict[str, Any]:
     return kwargs
 
 
-def _probe(servers: list[str], timeout_s: float) -> str | None:
-    """Whether any bootstrap server accepts a TCP connection; the last error if none does."""
-    error = None
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_s, 5)).close()
-            return None
-        except (OSError, ValueError) as e:
-            error = f"{server}: {e}"
-    return error
+def consumer(k: KafkaSourceConfig, *, report_waiting: bool = True) -> Any:
+    """A kafka-python consumer (no group: it only reads metadata and offsets).
 
+    Waits up to ``connect_timeout_s`` for a broker, logging a line while it waits (unless
+    ``report_waiting`` is off: the lag monitor's background retries).
 
-def consumer(k: KafkaSourceConfig) -> Any:
-    """A kafka-python consumer (no group: it only reads metadata and offsets)."""
+    Raises:
+        KafkaLoginError: a broker refused the configured SASL/PLAIN login (at once, not after the wait).
+        BrokerUnavailableError: no Kafka session could be set up within ``connect_timeout_s``.
+    """
     from kafka import KafkaConsumer
     from kafka.errors import KafkaConfigurationError, KafkaError
 
     kwargs = client_kwargs(k)
-    deadline = time.monotonic() + k.connect_timeout_s
+    started = time.monotonic()
+    deadline = started + k.connect_timeout_s
+    next_report = started
     while True:
-        problem = _probe(kwargs["bootstrap_servers"], k.connect_timeout_s)
+        server, problem = _probe(kwargs["bootstrap_servers"], k.connect_timeout_s)
         # Whether a server took a TCP connection on the last try: then the Kafka handshake is what fails.
         reachable = problem is None
         if reachable:
+            assert server is not None
+            refused = kafka_login.refusal(server, kwargs, min(k.connect_timeout_s, 10))
+            if refused is not None:
+                raise KafkaLoginError(_login_refused(k, server, kwargs, refused))
             try:
                 return KafkaConsumer(**kwargs, enable_auto_commit=False, group_id=None)
             except KafkaConfigurationError as e:
                 raise ConfigError("source.kafka.options", f"the Kafka client rejects them: {e}") from None
             except (KafkaError, OSError) as e:
                 problem = str(e)
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise BrokerUnavailableError(_unavailable(k, problem, reachable))
-        time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        if report_waiting and now >= next_report:
+            log.warning("waiting for a Kafka broker at %s: %.0fs of %gs (source.kafka.connect_timeout_s); %s",
+                        k.bootstrap_servers, now - started, k.connect_timeout_s, problem)  # fmt: skip
+            next_report = now + PROGRESS_EVERY_S
+        now = time.monotonic()
+        time.sleep(max(0.05, min(1.0, deadline - now, next_report - now if report_waiting else 1.0)))
+
+
+def _probe(servers: list[str], timeout_s: float) -> tuple[str | None, str | None]:
+    """The first bootstrap server that accepts a TCP connection, or the last error if none does."""
+    error = None
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout_s, 5)).close()
+            return server, None
+        except (OSError, ValueError) as e:
+            error = f"{server}: {e}"
+    return None, error
+
+
+def _login_refused(k: KafkaSourceConfig, server: str, kwargs: dict[str, Any], reason: str) -> str:
+    return (f"the Kafka broker at {server} refused the SASL login of user '{kwargs['sasl_plain_username']}' "
+            f"({kwargs['sasl_mechanism']} over {kwargs['security_protocol']}): {reason}; check the username and "
+            "password in source.kafka.options sasl.jaas.config")  # fmt: skip
 
 
 def _unavailable(k: KafkaSourceConfig, problem: str | None, reachable: bool) -> str:

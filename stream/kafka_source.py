@@ -72,7 +72,7 @@ class KafkaSource:
         committed = recorded_offsets(table) or {}
         settings = dataclasses.replace(self.settings, connect_timeout_s=timeout_s)
         try:
-            client = kafka.consumer(settings)
+            client = kafka.consumer(settings, report_waiting=False)  # one line of the status screen
             try:
                 lags = measure(settings, client, committed)
             finally:

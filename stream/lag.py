@@ -113,7 +113,7 @@ class LagMonitor:
         if committed is None:
             return None  # nothing committed yet: the stream's first batch tells where it starts
         if self._client is None:
-            self._client = kafka.consumer(self.k)
+            self._client = kafka.consumer(self.k, report_waiting=False)  # its own failures are logged
         lags = measure(self.k, self._client, committed)
         for (topic, partition), value in lags.items():
             metrics.STREAM_LAG.labels(topic, str(partition)).set(value)

@@ -152,6 +152,37 @@ def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, filled, tm
     assert all((table / f.path).exists() for f in written), "an abandoned rewrite deletes nothing (vacuum does)"
 
 
+def test_a_rewrite_losing_the_race_inside_its_transaction_names_the_conflict(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The first compactor commits the same group after the second's transaction started (while
+    the second checks its inputs, from a view taken before): Delta's conflict checker refuses the
+    second commit, and the error says what happened and that nothing was lost."""
+    table = tmp_path / "t"
+    config = generator_config(table, rows=12_000, per_batch=3_000)
+    filled(config)
+    first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
+    group = first.plan().groups[0]
+    sketches = first.sketches()
+    layout = ClusteringLayout.build(sketches, config.table.clustering_columns, curve="hilbert", target_cells=2)
+    spec = RewriteSpec(str(table), config.table.columns, ("d_year",), layout, target_files=2, file_prefix="g01-race")
+    written = rewrite(second.spark, group, spec)
+
+    def first_commits_meanwhile(version: int, paths: list[str]) -> list[str]:
+        assert first.compact_group(group, sketches).result == "committed"
+        return []  # the second compactor's view, from before that commit
+
+    with pytest.raises(CompactionConflictError) as lost:
+        commit_rewrite(second.spark, LakeTable(config).delta, group, written, details={"operation": "compaction"},
+                       gone_since=first_commits_meanwhile)  # fmt: skip
+    message = str(lost.value)
+    assert message.startswith("another commit (a second compactor, a delete) removed input files of the group "
+                              "after this rewrite's transaction started; the rewrite is abandoned and nothing was "
+                              "lost")  # fmt: skip
+    assert "ConcurrentDeleteDeleteException: [DELTA_CONCURRENT_DELETE_DELETE" in message
+    assert "An error occurred while calling" not in message
+    committed = DeltaTable(str(table)).history(1)[0]
+    assert committed["operation"] == "OPTIMIZE" and read_delta(table).num_rows == 12_000
+
+
 def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     table = tmp_path / "t"
     config = generator_config(table, rows=12_000, per_batch=3_000)

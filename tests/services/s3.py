@@ -2,7 +2,8 @@
 
 One ``weed server`` process runs master, volume server, filer and S3 gateway, every port picked
 free on loopback (gRPC ports too: weed's default of port+10000 could collide). Credentials are
-configured, so a client with a wrong key is refused as on AWS. The server honours conditional
+configured, so a client with a wrong key is refused as on AWS; a second, read-only identity
+(``READER_KEY``) is refused writes. The server honours conditional
 writes (``If-None-Match: *``), which delta-rs relies on for safe concurrent commits
 (``aws_conditional_put=etag``).
 
@@ -34,6 +35,9 @@ from tests.services.ports import free_ports
 ACCESS_KEY = "lakecluster-test"
 SECRET_KEY = "lakecluster-test-secret"
 REGION = "us-east-1"
+# A second identity that may read and list but not write: what a key lacking a permission meets.
+READER_KEY = "lakecluster-reader"
+READER_SECRET = "lakecluster-reader-secret"
 
 
 class S3ServiceError(RuntimeError):
@@ -86,6 +90,10 @@ class S3Server:
             "name": "test",
             "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }, {
+            "name": "reader",
+            "credentials": [{"accessKey": READER_KEY, "secretKey": READER_SECRET}],
+            "actions": ["Read", "List"],
         }]}))  # fmt: skip
         p = self._ports
         command = [
