@@ -20,15 +20,19 @@ from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 
 
-def _serve_metrics(config: Config) -> None:
-    """Start the metrics endpoint (``metrics.host``:``metrics.port``); a port in use is a one-line error."""
+def _serve_metrics(config: Config) -> str:
+    """Start the metrics endpoint (``metrics.host``:``metrics.port``); a port in use is a one-line
+    error. Returns where it listens, for the service's first line."""
     try:
-        metrics.serve(config.metrics.port, config.metrics.host)
+        port = metrics.serve(config.metrics.port, config.metrics.host)
     except OSError as e:
         raise LakeclusterError(
             f"cannot serve metrics on {config.metrics.host}:{config.metrics.port} ({e.strerror or e}): set "
             "metrics.port to a free port, or 0 to turn metrics off"
         ) from None
+    if port is None:
+        return "metrics off (metrics.port = 0)"
+    return f"metrics on http://{config.metrics.host}:{port}/metrics"
 
 
 def _reloader(args: argparse.Namespace) -> Any:
@@ -82,9 +86,9 @@ def stream(ctx: Context) -> int:
     from lakecluster.stream.job import StreamJob, progress_printer
 
     args, config = ctx.args, ctx.config
-    _serve_metrics(config)
-    _say(args, f"lakecluster stream: {ctx.source.describe()} -> {ctx.table.uri} (Ctrl-C stops after the current "
-               "batch)")  # fmt: skip
+    served = _serve_metrics(config)
+    _say(args, f"lakecluster stream: {ctx.source.describe()} -> {ctx.table.uri}, {served} "
+               "(Ctrl-C stops after the current batch)")  # fmt: skip
     job = StreamJob(config, table=ctx.table, source=ctx.source, available_now=args.available_now,
                     max_batches=args.max_batches, index_sync=_index_sync)  # fmt: skip
     if _progress(args, config):
@@ -112,7 +116,7 @@ def compact(ctx: Context) -> int:
             for g in the_plan.groups]}  # fmt: skip
         emit(data, describe_plan(the_plan, config.compaction.target_file_bytes), args.output)
         return 0
-    _serve_metrics(config)
+    served = _serve_metrics(config)
     install_signal_handlers(compactor.request_stop, what="group",
                             deadline_s=config.compaction.stop_timeout_s + MARGIN_S)  # fmt: skip
     compactor.reloader = _reloader(args)
@@ -125,7 +129,7 @@ def compact(ctx: Context) -> int:
         committed = sum(1 for res in results if res.result == "committed")
         print(f"lakecluster compact: {committed} group(s) committed, {conflicts} conflict(s)", flush=True)
         return 3 if conflicts else 0
-    _say(args, f"lakecluster compact: {ctx.table.uri} every {config.compaction.interval_s:g}s "
+    _say(args, f"lakecluster compact: {ctx.table.uri} every {config.compaction.interval_s:g}s, {served} "
                "(Ctrl-C stops after the current group)")  # fmt: skip
     if _progress(args, config):
         compactor.on_progress = _print
@@ -146,8 +150,10 @@ def run(ctx: Context) -> int:
     from lakecluster.stream.job import HEALTH_NAME, StreamJob, preflight, progress_printer
 
     args, config, table = ctx.args, ctx.config, ctx.table
-    _serve_metrics(config)
+    served = _serve_metrics(config)
     preflight(table, ctx.source)  # an unwritable location, a schema mismatch, no broker: before Spark starts
+    _say(args, f"lakecluster run: {ctx.source.describe()} -> {table.uri}, compacting every "
+               f"{config.compaction.interval_s:g}s, {served} (Ctrl-C stops both)")  # fmt: skip
     spark = get_session(config.spark, config.storage, s3=table.uses_s3)
     job = StreamJob(config, table=table, source=ctx.source, spark=spark, max_batches=args.max_batches,
                     index_sync=_index_sync)  # fmt: skip
@@ -168,8 +174,6 @@ def run(ctx: Context) -> int:
         job.request_stop()
 
     install_signal_handlers(stop_both, what="micro-batch and group", deadline_s=stop_timeout_s + MARGIN_S)
-    _say(args, f"lakecluster run: {ctx.source.describe()} -> {table.uri}, compacting every "
-               f"{config.compaction.interval_s:g}s (Ctrl-C stops both)")  # fmt: skip
     try:
         reports = job.run()
     finally:

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from lakecluster import class_archive, failures
+from lakecluster import class_archive, failures, progress
 from lakecluster.cli import commands
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import quiet_broken_pipe
@@ -194,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_format == "json":
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter())
+    # Long phases (jars, Spark's start, a vacuum) say how they go on stderr; beside JSON logs they
+    # are INFO records of lakecluster.progress.
+    progress.set_sink(_progress_line if args.log_format == "text" else None)
     context: Context | None = None
     try:
         overrides = parse_overrides(args.set)
@@ -253,6 +256,10 @@ def entry() -> NoReturn:
         code = 141
     logging.shutdown()
     os._exit(code)
+
+
+def _progress_line(line: str) -> None:
+    print(f"lakecluster: {line}", file=sys.stderr, flush=True)
 
 
 def _fail(args: argparse.Namespace, error: BaseException, message: str, status: int) -> int:

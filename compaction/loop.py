@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from lakecluster import metrics
+from lakecluster import metrics, progress
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, plan_live
@@ -229,7 +229,8 @@ class Compactor:
         if not (idx.enabled and idx.sync_after_compaction):
             return
         try:
-            sync_index(self.table)
+            with progress.phase("syncing the column-stats index", announce=False):
+                sync_index(self.table)
         except Exception:
             log.warning("column-stats index sync failed (it is rebuilt on the next sync)", exc_info=True)
 
@@ -267,7 +268,9 @@ class Compactor:
                 break
             assert sketches is not None
             try:
-                result = self.compact_group(group, sketches)
+                with progress.phase(f"compaction: group {done}/{total} ({len(group.files)} files, "
+                                    f"{human_bytes(group.bytes)})", announce=False):  # fmt: skip
+                    result = self.compact_group(group, sketches)
             except Exception:
                 metrics.COMPACTION_GROUPS.labels("failed").inc()
                 raise

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
-from lakecluster import metrics, storage
+from lakecluster import metrics, progress, storage
 from lakecluster.config import VacuumConfig
 from lakecluster.errors import RetentionError, TableNotFoundError
 from lakecluster.faults import pause_point
@@ -67,7 +67,7 @@ def vacuum(spark: SparkSession | Callable[[], SparkSession], location: DeltaLoca
         raise TableNotFoundError(uri)
     started = time.monotonic()
     report = VacuumReport(uri, retention_hours, dry_run)
-    if may_skip and not any_file_before(location, time.time() - retention_hours * 3600):
+    if may_skip and not _any_file_before(location, time.time() - retention_hours * 3600):
         report.skipped = f"no file older than the retention of {retention_hours:g} h"
         report.seconds = time.monotonic() - started
         if not dry_run:
@@ -75,8 +75,23 @@ def vacuum(spark: SparkSession | Callable[[], SparkSession], location: DeltaLoca
             metrics.VACUUM_LAST_SUCCESS.set(time.time())
         log.info("vacuum %s: nothing to delete (%s) in %.1fs", uri, report.skipped, report.seconds)
         return report
-    if not isinstance(spark, SparkSession):
-        spark = spark()
+    session = spark if isinstance(spark, SparkSession) else spark()
+    with progress.phase(f"vacuum {uri}{' dry run' if dry_run else ''}", announce=False):
+        _run_vacuum(session, location, report, force=force)
+    report.seconds = time.monotonic() - started
+    log.info("vacuum %s (retain %gh)%s: %d file(s), %s in %.1fs", uri, retention_hours,
+             " dry run" if dry_run else "", report.files, human_bytes(report.bytes), report.seconds)  # fmt: skip
+    return report
+
+
+def _any_file_before(location: DeltaLocation, cutoff: float) -> bool:
+    with progress.phase(f"vacuum {location.uri}: looking for files older than the retention", announce=False):
+        return any_file_before(location, cutoff)
+
+
+def _run_vacuum(spark: SparkSession, location: DeltaLocation, report: VacuumReport, *, force: bool) -> None:
+    """Delta's VACUUM of ``location`` as ``report`` asks (retention, dry run); fills in the report."""
+    uri, retention_hours, dry_run = location.uri, report.retention_hours, report.dry_run
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false" if force else "true")
     spark.conf.set("spark.databricks.delta.vacuum.logging.enabled", "true")
     # Delta 4 ignores ``RETAIN n HOURS`` unless n is 0 (the table's delta.deletedFileRetentionDuration
@@ -96,10 +111,6 @@ def vacuum(spark: SparkSession | Callable[[], SparkSession], location: DeltaLoca
         metrics.VACUUM_FILES.inc(report.files)
         metrics.VACUUM_BYTES.inc(report.bytes)
         metrics.VACUUM_LAST_SUCCESS.set(time.time())
-    report.seconds = time.monotonic() - started
-    log.info("vacuum %s (retain %gh)%s: %d file(s), %s in %.1fs", uri, retention_hours,
-             " dry run" if dry_run else "", report.files, human_bytes(report.bytes), report.seconds)  # fmt: skip
-    return report
 
 
 def any_file_before(location: DeltaLocation, cutoff: float) -> bool:

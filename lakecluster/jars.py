@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from lakecluster import progress
 from lakecluster.errors import JarResolutionError
+from lakecluster.sizes import human_bytes
 
 SCALA = "2.13"
 DEFAULT_CACHE = Path.home() / ".cache" / "lakecluster" / "jars"
@@ -196,8 +198,12 @@ def resolve(
                 "-cache", str(cache_dir / "ivy-cache"), "-confs", "default", "-sync",
                 "-retrieve", str(target) + "/[organisation]__[artifact]-[revision](-[classifier]).[ext]",
             ]  # fmt: skip
+            ivy_cache = cache_dir / "ivy-cache"
+            before = _bytes_under(ivy_cache)
             try:
-                done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+                with progress.phase(f"fetching {len(coordinates)} jar(s) and their dependencies from Maven Central",
+                                    lambda: f"{human_bytes(_bytes_under(ivy_cache) - before)} so far"):  # fmt: skip
+                    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 names = ", ".join(map(str, coordinates))
                 raise JarResolutionError(f"resolving {names} took over {timeout_s:.0f}s") from None
@@ -209,6 +215,11 @@ def resolve(
         jars = sorted(str(p) for p in target.glob("*.jar"))
         listing.write_text(json.dumps({"coordinates": [str(c) for c in coordinates], "jars": jars}, indent=1))
         return [Path(j) for j in jars]
+
+
+def _bytes_under(directory: Path) -> int:
+    """The bytes of the files under ``directory`` (0 when it does not exist yet)."""
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
 def _cached(listing: Path) -> list[Path] | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakecluster import jars
+from lakecluster import jars, progress
 from lakecluster.class_archive import ClassArchive, chosen_by_user, keep_at_exit
 from lakecluster.config import SparkConfig, StorageConfig
 from lakecluster.schema import ColumnSpec, spark_ddl
@@ -117,7 +117,11 @@ def get_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     loud = config.log_level in ("warn", "info", "debug")
-    spark = _start_outside_signals(lambda: _with_jvm_console(builder.getOrCreate, shown=loud))
+    if starts_jvm:
+        with progress.phase(f"starting Spark ({config.master})"):
+            spark = _start_outside_signals(lambda: _with_jvm_console(builder.getOrCreate, shown=loud))
+    else:
+        spark = _start_outside_signals(lambda: _with_jvm_console(builder.getOrCreate, shown=loud))
     jvm = getattr(SparkContext._gateway, "proc", None)
     if archive is not None and pending is not None and jvm is not None:
         keep_at_exit(archive, pending, jvm, before_exit=spark.sparkContext.stop)

@@ -12,7 +12,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from lakecluster import metrics
+from lakecluster import metrics, progress
 from lakecluster.config import Config
 from lakecluster.errors import FatalServiceError, LakeclusterError
 from lakecluster.health import HEALTH
@@ -194,12 +194,14 @@ class StreamJob:
         table, source = self.table, self.source
         preflight(table, source)
         spark = self._spark or get_session(self.config.spark, self.config.storage, s3=table.uses_s3)
-        # Before anything else writes under the table's directory: Delta creates a table only
-        # where no other files are.
-        create_table(spark, table.delta, table.spec)
-        if source.quarantines:
-            create_table(spark, table.quarantine, QUARANTINE_SPEC)
-        lease = Lease.acquire(table.paths.lease(), f"stream {table.stream_id} into {table.uri}", storage=table.storage)
+        with progress.phase("opening the table"):
+            # Before anything else writes under the table's directory: Delta creates a table only
+            # where no other files are.
+            create_table(spark, table.delta, table.spec)
+            if source.quarantines:
+                create_table(spark, table.quarantine, QUARANTINE_SPEC)
+            lease = Lease.acquire(table.paths.lease(), f"stream {table.stream_id} into {table.uri}",
+                                  storage=table.storage)  # fmt: skip
         source.start(table)
         try:
             self._supervise(spark, lease)
