@@ -15,7 +15,14 @@ from lakecluster import metrics
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import emit
 from lakecluster.config import Config, describe
-from lakecluster.errors import FatalServiceError, LakeclusterError, PredicateError, TableNotFoundError
+from lakecluster.errors import (
+    ConfigError,
+    FatalServiceError,
+    LakeclusterError,
+    PredicateError,
+    TableNotFoundError,
+    UsageError,
+)
 from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 
@@ -199,10 +206,12 @@ def vacuum(ctx: Context) -> int:
     check_whole_hours(hours)
     force = args.force or config.vacuum.force
     if hours < MIN_RETENTION_HOURS and not force:
-        raise LakeclusterError(
+        raise UsageError(
+            "--retention" if args.retention is not None else "vacuum.retention_hours",
             f"retention {hours:g} h is below {MIN_RETENTION_HOURS:g} h: files a running rewrite or a slow reader "
             "still needs could be deleted; add --force if you are sure"
         )
+
     def session() -> Any:  # started only for a table with a file old enough to go
         return get_session(config.spark, config.storage, s3=table.uses_s3).newSession()
 
@@ -323,10 +332,13 @@ def tune(ctx: Context) -> int:
     ``--queries``, candidate layouts scored on the workload's predicates."""
     from pathlib import Path
 
+    from lakecluster.cli.report import writable_out
     from lakecluster.cli.tune import advise, format_advice, format_text, write_page
     from lakecluster.cli.tune import tune as run_tune
 
     args, table = ctx.args, ctx.table
+    if args.out:  # before the work: refused at once
+        writable_out(Path(args.out), force=args.force, names=("tune.html",))
     data: dict[str, object] = {}
     texts = []
     thresholds = workload = None
@@ -355,9 +367,8 @@ def produce(ctx: Context) -> int:
 
     args, config, source = ctx.args, ctx.config, ctx.source
     if not isinstance(source, KafkaSource) or not source.settings.topics:
-        raise LakeclusterError("produce needs source.kind = \"kafka\" and source.kafka.topics (the topic to fill)")
-    if args.rate <= 0:
-        raise LakeclusterError(f"--rate must be a positive number of records per second, got {args.rate}")
+        raise ConfigError("source.kind", "produce needs source.kind = \"kafka\" and source.kafka.topics "
+                          "(the topic to fill)")  # fmt: skip
     source.check()  # an unreachable broker or a missing topic: one line, now
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -76,7 +76,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-batches", type=_positive_int, help="stop after this many micro-batches")
 
     v = sub.add_parser("vacuum", help="delete files no table version within the retention period references")
-    v.add_argument("--retention", type=float, metavar="HOURS",
+    v.add_argument("--retention", type=_whole_hours, metavar="HOURS",
                    help="retention in hours (default vacuum.retention_hours)")  # fmt: skip
     v.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     v.add_argument("--force", action="store_true", help="allow a retention below 168 hours")
@@ -104,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
     fresh.add_argument("--no-sync", action="store_true", help=argparse.SUPPRESS)  # the default now; still accepted
 
     st = sub.add_parser("status", help="one screen about the table: files, clustering, index, compaction, vacuum, lag")
-    st.add_argument("--lag-timeout", type=float, default=5.0, metavar="SECONDS",
+    st.add_argument("--lag-timeout", type=_float_in(0.1, 300), default=5.0, metavar="SECONDS",
                     help="how long to wait for the brokers when measuring consumer lag (default 5)")  # fmt: skip
 
     rp = sub.add_parser("report", help="an HTML page with plots of the table's layout (file sizes, key ranges, ...)")
@@ -121,11 +121,13 @@ def parser() -> argparse.ArgumentParser:
     tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")
+    tu.add_argument("--force", action="store_true", help="replace DIR/tune.html (or a file at DIR) if there is one")
 
     pr = sub.add_parser("produce", help="send the built-in generator's records as JSON to the Kafka topic (demos)")
     pr.add_argument("--rate", type=_positive_int, default=1000, help="records per second (default 1000)")
-    pr.add_argument("--records", type=int, default=0, help="stop after this many (default 0: until stopped)")
-    pr.add_argument("--malformed-every", type=int, default=0, metavar="N",
+    pr.add_argument("--records", type=_int_in(0, 2**62), default=0,
+                    help="stop after this many (default 0: until stopped)")  # fmt: skip
+    pr.add_argument("--malformed-every", type=_int_in(0, 2**62), default=0, metavar="N",
                     help="make every N-th record malformed, to see the quarantine work (default 0: none)")  # fmt: skip
     return p
 
@@ -144,6 +146,33 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _float_in(low: float, high: float) -> Callable[[str], float]:
+    """A flag's type: a number from ``low`` to ``high``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number in {low:g}..{high:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _whole_hours(text: str) -> float:
+    """``vacuum --retention``: whole hours >= 0 (Delta's VACUUM rounds fractions: 0.4 h would be 0)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0 or value != int(value):
+        raise argparse.ArgumentTypeError(f"expected a whole number of hours >= 0, got {text!r} (Delta's VACUUM "
+                                         "rounds fractions: 0.4 h would become 0)")  # fmt: skip
     return value
 
 

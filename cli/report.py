@@ -68,11 +68,12 @@ def collect(table: LakeTable, source: Source) -> dict[str, Any]:
 PAGE, DATA = "index.html", "report.json"
 
 
-def writable_out(out: Path, *, force: bool) -> None:
-    """Refuse to replace a file at ``out`` or a report in it unless ``force`` (then a file there goes)."""
-    taken = [p for p in (out / PAGE, out / DATA) if p.exists()] if out.is_dir() else [out] if out.exists() else []
+def writable_out(out: Path, *, force: bool, names: tuple[str, ...] = (PAGE, DATA)) -> None:
+    """Refuse to replace a file at ``out`` or the files ``names`` in it unless ``force`` (then a
+    file at ``out`` goes)."""
+    taken = [p for p in (out / n for n in names) if p.exists()] if out.is_dir() else [out] if out.exists() else []
     if taken and not force:
-        what = "is a file" if taken == [out] else f"holds a report ({', '.join(p.name for p in taken)})"
+        what = "is a file" if taken == [out] else f"holds an earlier one ({', '.join(p.name for p in taken)})"
         raise UsageError(f"--out {out}", f"{what}; choose another directory or add --force to replace it")
     if out.exists() and not out.is_dir():
         out.unlink()

@@ -117,4 +117,41 @@ def test_report_refuses_to_replace_a_file_or_a_report_unless_forced(ssb_table: P
     assert forced.returncode == 0, forced.stderr
     assert (taken / "index.html").exists() and (taken / "report.json").exists()
     again = run_cli(*args, cwd=tmp_path)  # a report is there now
-    assert again.returncode == 2 and again.stderr.startswith(f"lakecluster: --out {taken}: holds a report (")
+    assert again.returncode == 2 and again.stderr.startswith(f"lakecluster: --out {taken}: holds an earlier one (")
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["status", "--lag-timeout", "0"], "argument --lag-timeout: expected a number in 0.1..300, got '0'"),
+    (["produce", "--records", "-5"], "argument --records: expected a whole number in 0..4611686018427387904"),
+    (["produce", "--malformed-every", "x"], "argument --malformed-every: expected a whole number in 0.."),
+    (["vacuum", "--retention", "0.4"], "argument --retention: expected a whole number of hours >= 0, got '0.4'"),
+    (["vacuum", "--retention", "-1"], "argument --retention: expected a whole number of hours >= 0, got '-1'"),
+])  # fmt: skip
+def test_flag_values_outside_their_range_exit_2_in_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+
+
+def test_a_short_vacuum_retention_without_force_is_a_usage_error(ssb_table: Path, tmp_path: Path) -> None:
+    proc = run_cli("--set", f"table.path={ssb_table}", "vacuum", "--retention", "24", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("lakecluster: --retention: retention 24 h is below 168 h")
+    assert "--force" in proc.stderr
+
+
+def test_produce_without_a_kafka_source_names_the_key(tmp_path: Path) -> None:
+    proc = run_cli("produce", "--records", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "source.kind" in proc.stderr and "kafka" in proc.stderr
+
+
+def test_tune_refuses_to_replace_its_page_unless_forced_before_any_work(ssb_table: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tune.html").write_text("last week's page")
+    proc = run_cli("--set", f"table.path={ssb_table}", "tune", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr == (f"lakecluster: --out {out}: holds an earlier one (tune.html); choose another directory "
+                           "or add --force to replace it\n")  # fmt: skip
+    assert (out / "tune.html").read_text() == "last week's page"
