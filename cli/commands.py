@@ -280,7 +280,11 @@ def index(ctx: Context) -> int:
         )
         emit(res.__dict__, text, args.output)  # fmt: skip
         return 0
-    info = show(spec, args.column, args.limit)
+    try:
+        info = show(spec, args.column, args.limit)
+    except PredicateError as e:  # an unknown --column
+        e.source = "--column"
+        raise
     emit(info, info["text"], args.output)
     return 0
 

@@ -288,7 +288,8 @@ def entry() -> NoReturn:
 
 
 def _progress_line(line: str) -> None:
-    print(f"lakecluster: {line}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"lakecluster: {line}\n")  # one write: lines of other threads never land inside it
+    sys.stderr.flush()
 
 
 def _fail(args: argparse.Namespace, error: BaseException, message: str, status: int) -> int:

@@ -166,24 +166,30 @@ class Compactor:
         vacuum in flight is cancelled at once (what it has not deleted yet, the next one will)."""
         self._stop.set()
         self._wake.set()
-        vacuum_group = self._vacuum_group
-        if vacuum_group is not None and self._spark is not None:
+        if self._vacuum_group is not None:
             log.warning("stop: cancelling the vacuum in flight")
-            self._spark.sparkContext.cancelJobGroup(vacuum_group)
+        threading.Thread(target=self._cancel_vacuum, daemon=True, name="lakecluster-vacuum-stop").start()
         threading.Thread(target=self._cancel_after_timeout, daemon=True, name="lakecluster-compact-stop").start()
 
     def _cancel_after_timeout(self) -> None:
-        deadline = time.monotonic() + self.config.compaction.stop_timeout_s
-        while self._busy.is_set() and (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(0.05, left))
+        time.sleep(self.config.compaction.stop_timeout_s)
+        # Set whatever the compactor does now (a rewrite, or the planning of one): the rewrite
+        # checks it before it starts, when it returns and before the commit, and abandons the
+        # group; its files, if any, are orphaned (vacuum's). Set before cancelling: a job
+        # submitted after cancelJobGroup is not cancelled.
+        self._cancelled.set()
         group = self._job_group
         if self._busy.is_set():
             log.warning("stop: cancelling the rewrite in flight (nothing of it is committed)")
-            # Set before cancelling: a job submitted after cancelJobGroup is not cancelled, so the
-            # rewrite checks this flag when it returns and abandons its (then orphaned) files.
-            self._cancelled.set()
-            if group is not None and self._spark is not None:
-                self._spark.sparkContext.cancelJobGroup(group)
+        if group is not None and self._spark is not None:
+            self._spark.sparkContext.cancelJobGroup(group)
+
+    def _cancel_vacuum(self) -> None:
+        """Cancel the vacuum's Spark jobs until it ends: cancelJobGroup reaches only the jobs running
+        at that moment, and Delta's VACUUM runs many, one after another."""
+        while (group := self._vacuum_group) is not None and self._spark is not None:
+            self._spark.sparkContext.cancelJobGroup(group)
+            time.sleep(0.2)
 
     @property
     def stopping(self) -> bool:
@@ -323,7 +329,11 @@ class Compactor:
                            target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}",
                            storage=self.table.storage_for_tasks(), stats_columns=self._stats_columns())  # fmt: skip
         try:
+            if self._cancelled.is_set():  # the stop timeout passed while the group was planned
+                raise _Stopped
             written, engine = self._rewrite(group, spec)
+            if self._cancelled.is_set():
+                raise _Stopped
         except _Stopped:
             metrics.COMPACTION_GROUPS.labels("abandoned").inc()
             return GroupResult(group, "abandoned", 0, 0, time.monotonic() - started, None, 0.0, 0.0, "stopped")
@@ -402,6 +412,8 @@ class Compactor:
         sc.setJobGroup(self._job_group, f"rewrite {len(group.files)} files", interruptOnCancel=True)
         self._busy.set()
         try:
+            if self._cancelled.is_set():  # cancelled before the group above existed: nothing cancelled it
+                raise _Stopped
             written = engine(self.spark, group, spec)
         except Exception as e:
             if self.stopping and ("cancel" in str(e).lower() or "interrupt" in str(e).lower()):
@@ -431,9 +443,13 @@ class Compactor:
         group = f"lakecluster-vacuum-{uuid.uuid4().hex[:8]}"
 
         def session() -> SparkSession:  # Spark is needed only for a table with a file old enough to go
+            if self.stopping:  # a stop during the look for old files: no VACUUM starts
+                raise _Stopped
             spark = self.spark
             spark.sparkContext.setJobGroup(group, "vacuum", interruptOnCancel=True)
             self._vacuum_group = group
+            if self.stopping:  # a stop came between the check and the group: cancel what starts
+                threading.Thread(target=self._cancel_vacuum, daemon=True).start()
             return spark
 
         try:

@@ -182,9 +182,14 @@ def vacuum_all(spark: SparkSession | Callable[[], SparkSession], table: LakeTabl
 
 def recently_recorded(table: LakeTable, within_s: float = RECORD_EVERY_S) -> bool:
     """Whether the table's log shows a finished vacuum, or else the table's creation, within
-    ``within_s``: the same commit ``lakecluster_table_last_vacuum_timestamp_seconds`` reports."""
+    ``within_s`` (a history read back only part of the way, with no vacuum in it: no)."""
     history = table.history()
-    stamp = history.last_vacuum.timestamp_ms if history.last_vacuum is not None else history.oldest_commit_ms
+    if history.last_vacuum is not None:
+        stamp = history.last_vacuum.timestamp_ms
+    elif history.oldest_version == 0:  # the history read reached the table's creation
+        stamp = history.oldest_commit_ms
+    else:  # no vacuum among the commits read, and older ones unread: run it
+        return False
     return stamp is not None and time.time() - stamp / 1000 < within_s
 
 

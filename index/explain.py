@@ -62,7 +62,8 @@ def format_text(rep: dict[str, Any]) -> str:
         f"{rep['files_skipped']:,} skipped ({rep['skipped_pct']:.1f}%)",
         f"bytes: {_mb(rep['bytes_total'])} total, {_mb(rep['bytes_skipped'])} skipped "
         f"({rep['bytes_skipped_pct']:.1f}%)",
-        f"index: read {_mb(rep['index_bytes_read'])} for column(s) {', '.join(rep['index_columns_read'])}",
+        *([] if rep["index"]["built_in_memory"] else
+          [f"index: read {_mb(rep['index_bytes_read'])} for column(s) {', '.join(rep['index_columns_read'])}"]),
         _freshness(rep["index"]),
         "per conjunct (alone):",
     ]

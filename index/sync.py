@@ -255,9 +255,18 @@ def pending(spec: IndexSpec, store: IndexStore) -> Pending:
     except (ValueError, KeyError) as e:
         raise RebuildNeeded(f"a commit could not be read: {e}") from None
     if not commits:
+        if not spec.table.delta.holds_version(manifest.delta_version):
+            raise RebuildNeeded(f"the table's log has no version {manifest.delta_version}, the index's (the "
+                                "table was created anew at this location)")  # fmt: skip
         return Pending(manifest, manifest.delta_version, pa.table({}), 0, 0)
     indexed = manifest.indexed_columns()
     added, removed = changes.added, changes.removed
+    partition_names = set(manifest.partition_by)
+    if any(set(action.get("partitionValues") or {}) != partition_names for action in added.values()):
+        # Column mapping keys them (and the stats) by physical names: read by the logical
+        # ones, every partition value would look null and the file be skipped wrongly.
+        raise RebuildNeeded("new files' partition values are not keyed by the partition columns' names "
+                            "(column mapping)")  # fmt: skip
     delta = spec.table.delta
     nans = scan_nan_counts(delta.fs, delta.root, list(added), indexed) if spec.nan_counts == "scan" else None
     adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, manifest.fid_seed, nans)

@@ -124,7 +124,7 @@ def append_blocker(facts: TableFacts, fields: Sequence[dict], partition_by: Sequ
 
 # py4j's own first line of a failed call ("An error occurred while calling o75.commit."): the JVM's
 # exception and its message follow on the next line, after ": ".
-_PY4J_CALL = re.compile(r"An error occurred while calling [\w.$]+\.?$")
+_PY4J_CALL = re.compile(r"An error occurred while calling [\w.$:]+\.?$")  # o75.commit, z:io.delta...forPath
 
 
 def first_line(text: str) -> str:

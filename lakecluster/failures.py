@@ -25,12 +25,16 @@ _CAUSES = {
     "secret": ["SIGNATURE_DOES_NOT_MATCH", "SignatureDoesNotMatch", "signature we calculated does not"],
     "region": ["AuthorizationHeaderMalformed", "PermanentRedirect", "IncorrectEndpoint", r"region '[\w-]+' is wrong",
                "301 Moved Permanently"],
+    "expired": ["ExpiredToken", "EXPIRED_TOKEN", "token included in the request is expired", "TokenRefreshRequired"],
+    "clock": ["RequestTimeTooSkewed", "REQUEST_TIME_TOO_SKEWED"],
     "bucket": ["NoSuchBucket", "NO_SUCH_BUCKET", "Bucket '[^']*' not found", "bucket does not exist"],
     "no-credentials": ["loading credentials", r"169\.254\.169\.254", "IMDS", "Unable to locate credentials",
                        "No credentials"],
     "endpoint": ["NETWORK_CONNECTION", "Could not connect", "Couldn't connect", "Connection refused",
-                 "Failed to connect", "Couldn't resolve host", "dns error", "error sending request",
-                 "tcp connect error", "Connection reset", "timed out", "Timeout was reached"],
+                 "Failed to connect", "Couldn't resolve host", "dns error", "tcp connect error"],
+    # Reached once, then lost or slow: a network or server problem of the moment, not a setting.
+    "transient": ["error sending request", "Connection reset", "timed out", "Timeout was reached",
+                  "SlowDown", "ServiceUnavailable", "503 Service Unavailable", "InternalError"],
     "denied": ["ACCESS_DENIED", "AccessDenied", "Access Denied", "403 Forbidden"],
 }
 _PATTERNS = {name: re.compile("|".join(texts)) for name, texts in _CAUSES.items()}
@@ -76,7 +80,9 @@ def _cause_of_denial(uri: str, settings: StorageConfig, s3: storage.S3Settings) 
     """Why S3 said "access denied": a listing of the table's prefix names a wrong key or secret
     (a HEAD request's refusal has no body to say so); keys that list fine lack a permission."""
     if not (s3.access_key_id and s3.secret_access_key):
-        return "no-credentials"
+        # Credentials may still have come from elsewhere (an instance role, web identity, a
+        # profile): the refusal alone cannot tell a missing key from a role without permission.
+        return "no-key-configured"
     import pyarrow.fs as pafs
 
     fs, path = storage.filesystem(uri, settings)
@@ -99,7 +105,8 @@ def _operation(text: str) -> str:
 def _explain(cause: str, uri: str, s3: storage.S3Settings, operation: str) -> StorageError:
     endpoint = s3.endpoint or "AWS S3"
     bucket = uri.split("://", 1)[1].split("/", 1)[0]
-    detail = f"S3 refused {operation}" if operation and cause in ("permission", "key", "secret") else ""
+    refusals = ("permission", "key", "secret", "no-key-configured")
+    detail = f"S3 refused {operation}" if operation and cause in refusals else ""
     if cause == "key":
         return StorageError(uri, f"{endpoint} does not know the access key ID '{s3.access_key_id}'",
                             "check storage.s3_access_key_id (or AWS_ACCESS_KEY_ID)", detail)  # fmt: skip
@@ -117,9 +124,24 @@ def _explain(cause: str, uri: str, s3: storage.S3Settings, operation: str) -> St
                             "and no instance role answered)",
                             "set storage.s3_access_key_id and storage.s3_secret_access_key (or AWS_ACCESS_KEY_ID "
                             "and AWS_SECRET_ACCESS_KEY)")  # fmt: skip
+    if cause == "no-key-configured":
+        return StorageError(uri, f"S3 refused access to bucket '{bucket}', and no access key is configured",
+                            "set storage.s3_access_key_id and storage.s3_secret_access_key (or AWS_ACCESS_KEY_ID "
+                            "and AWS_SECRET_ACCESS_KEY); if the process runs with a role or profile instead, grant "
+                            "it read, write, list and delete on the table's prefix", detail)  # fmt: skip
+    if cause == "expired":
+        return StorageError(uri, "the S3 credentials have expired (a temporary session token)",
+                            "renew them (storage.s3_session_token or AWS_SESSION_TOKEN with its key), or use "
+                            "credentials that refresh themselves (a role)")  # fmt: skip
+    if cause == "clock":
+        return StorageError(uri, "S3 refused the request because this machine's clock is off",
+                            "synchronise the clock (NTP); S3 accepts requests within 15 minutes of its time")
     if cause == "endpoint":
         return StorageError(uri, f"cannot connect to the S3 endpoint {endpoint}",
                             "check storage.s3_endpoint (or AWS_ENDPOINT_URL) and that the server is running")
+    if cause == "transient":
+        return StorageError(uri, f"the S3 endpoint {endpoint} was reached but the request failed (timeout, reset "
+                            "or overload)", "retry; if it persists, check the network and the endpoint's health")
     return StorageError(uri, f"access key '{s3.access_key_id}' is not allowed to do this in bucket '{bucket}'",
                         "grant it read, write, list and delete on the table's prefix, or use a key that has them",
                         detail)  # fmt: skip

@@ -27,10 +27,12 @@ def set_sink(sink: Callable[[str], None] | None) -> None:
 
 
 def say(line: str) -> None:
-    if _sink is None:
-        log.info("%s", line)
-    else:
-        _sink(line)
+    """One progress line; a sink that fails (a closed terminal) never fails the work it reports on."""
+    with contextlib.suppress(Exception):
+        if _sink is None:
+            log.info("%s", line)
+        else:
+            _sink(line)
 
 
 @contextlib.contextmanager
@@ -55,12 +57,14 @@ def phase(what: str, detail: Callable[[], str] | None = None, *, every_s: float 
 
     if announce:
         say(f"{what} ...")
-    threading.Thread(target=beat, daemon=True, name="lakecluster-progress").start()
+    beater = threading.Thread(target=beat, daemon=True, name="lakecluster-progress")
+    beater.start()
     ok = False
     try:
         yield
         ok = True
     finally:
         done.set()
+        beater.join(1.0)  # a beat being said now comes before the end line
         if announce or beats.is_set():
             say(f"{what}: {'done in' if ok else 'failed after'} {time.monotonic() - started:.1f} s")

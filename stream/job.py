@@ -12,7 +12,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from lakecluster import metrics, progress
+from lakecluster import metrics, progress, shutdown
 from lakecluster.config import Config
 from lakecluster.errors import FatalServiceError, LakeclusterError
 from lakecluster.health import HEALTH
@@ -204,7 +204,9 @@ class StreamJob:
                                   storage=table.storage)  # fmt: skip
         source.start(table)
         try:
-            self._supervise(spark, lease)
+            # Also at a forced exit (shutdown.py): a restart need not wait for the lease to expire.
+            with shutdown.released_on_forced_exit(lease.release):
+                self._supervise(spark, lease)
         finally:
             source.stop()
             lease.release()

@@ -50,7 +50,9 @@ def reader_options(k: KafkaSourceConfig, starting_offsets: str) -> dict[str, str
     return opts
 
 
-_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"([^"]*)"')
+# A quoted value as Java's JAAS parser reads it: a backslash escapes the next character.
+_JAAS_FIELD = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_JAAS_ESCAPE = re.compile(r"\\(.)")
 
 
 def client_kwargs(k: KafkaSourceConfig) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def client_kwargs(k: KafkaSourceConfig) -> dict[str, Any]:
         kwargs["security_protocol"] = o["security.protocol"].upper()
     if "sasl.mechanism" in o:
         kwargs["sasl_mechanism"] = o["sasl.mechanism"].upper()
-    fields = dict(_JAAS_FIELD.findall(o.get("sasl.jaas.config", "")))
+    fields = {k: _JAAS_ESCAPE.sub(r"\1", v) for k, v in _JAAS_FIELD.findall(o.get("sasl.jaas.config", ""))}
     if fields:
         kwargs["sasl_plain_username"] = fields.get("username")
         kwargs["sasl_plain_password"] = fields.get("password")

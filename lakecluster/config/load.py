@@ -13,6 +13,7 @@ line, the environment variable, or the ``--set`` flag; an unknown key gets the n
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -292,6 +293,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(key, f"expected a number, got {_shown(key, value)}{_unquote_hint(value)}")
+        if not math.isfinite(value):  # TOML allows nan and inf; no setting means either
+            raise ConfigError(key, f"expected a finite number, got {_shown(key, value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

@@ -40,6 +40,9 @@ def validate(config: Config) -> None:
     _positive("stream.source_wait_warning_s", s.source_wait_warning_s)
     if s.stop_timeout_s < 0:
         raise ConfigError("stream.stop_timeout_s", "must be >= 0 (0: abandon the micro-batch in flight at once)")
+    if s.stop_timeout_s > MAX_STOP_TIMEOUT_S:
+        raise ConfigError("stream.stop_timeout_s",
+                          f"must be at most {MAX_STOP_TIMEOUT_S:g} s, got {s.stop_timeout_s:g}")  # fmt: skip
     if s.lag_interval_s < 0:
         raise ConfigError("stream.lag_interval_s", "must be >= 0 (0: off)")
     if s.id is not None and not _STREAM_ID.match(s.id):
@@ -172,6 +175,9 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         _positive(f"compaction.{key}", getattr(c, key))
     if c.stop_timeout_s < 0:
         raise ConfigError("compaction.stop_timeout_s", "must be >= 0 (0: abandon the group in flight at once)")
+    if c.stop_timeout_s > MAX_STOP_TIMEOUT_S:
+        raise ConfigError("compaction.stop_timeout_s",
+                          f"must be at most {MAX_STOP_TIMEOUT_S:g} s, got {c.stop_timeout_s:g}")  # fmt: skip
     if c.min_file_bytes > c.target_file_bytes:
         raise ConfigError("compaction.min_file_bytes", f"{_size(c.min_file_bytes)} must be <= compaction.target_file_"
                           f"bytes {_size(c.target_file_bytes)}", related=("compaction.target_file_bytes",))  # fmt: skip
@@ -202,6 +208,10 @@ def _validate_index(c: IndexConfig, t: TableConfig) -> None:
 def _size(n: int) -> str:
     """A byte count as a cross-key error shows it: exact, and in binary units when large."""
     return f"{n:,}" if n < 1024 else f"{n:,} ({human_bytes(n)})"
+
+
+# A stop waits at most this long for work in flight (a supervisor's grace period is minutes at most).
+MAX_STOP_TIMEOUT_S = 3600.0
 
 
 def _positive(key: str, value: float | None) -> None:

@@ -135,6 +135,14 @@ class DeltaLocation:
         """The ``commitInfo`` of commit ``version``; None when that commit file is gone (or has none)."""
         return log.commit_info(self.fs, self.log_dir, version)
 
+    def holds_version(self, version: int) -> bool:
+        """Whether the log holds ``version``: its commit, or a checkpoint at or after it (older
+        commits cleaned up). False for a table created anew at this location since."""
+        if self.commit_file_exists(version):
+            return True
+        checkpoint = log.last_checkpoint(self.fs, self.log_dir)
+        return checkpoint is not None and checkpoint >= version
+
     def commit_file_exists(self, version: int) -> bool:
         return bool(self.fs.get_file_info(f"{self.log_dir}/{version:020d}.json").is_file)
 

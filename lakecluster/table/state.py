@@ -108,6 +108,7 @@ class CommitHistory:
         self.version: int | None = None  # commits up to here were read
         self.last_commit_ms: int | None = None
         self.oldest_commit_ms: int | None = None
+        self.oldest_version: int | None = None  # of the oldest commit read (0: the table's creation)
         self.last_rewrite: Operation | None = None
         self.last_vacuum: Operation | None = None
         self.streams: dict[str, StreamCommit] = {}
@@ -123,6 +124,8 @@ class CommitHistory:
             commits = self._newest_first(version, oldest)
             for v, info in commits if first_look else reversed(commits):
                 self._take(v, info, first_look)
+            if first_look and commits:
+                self.oldest_version = commits[-1][0]
             self.version = version
             return self
 

@@ -155,3 +155,10 @@ def test_tune_refuses_to_replace_its_page_unless_forced_before_any_work(ssb_tabl
     assert proc.stderr == (f"lakecluster: --out {out}: holds an earlier one (tune.html); choose another directory "
                            "or add --force to replace it\n")  # fmt: skip
     assert (out / "tune.html").read_text() == "last week's page"
+
+
+def test_index_show_names_the_column_flag_for_an_unknown_column(ssb_table: Path, tmp_path: Path) -> None:
+    assert run_cli("--set", f"table.path={ssb_table}", "index", "sync", cwd=tmp_path).returncode == 0
+    proc = run_cli("--set", f"table.path={ssb_table}", "index", "show", "--column", "s_cty", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("lakecluster: --column: unknown column 's_cty' (did you mean 's_city'?)")

@@ -66,12 +66,15 @@ def test_wrong_secret_is_named(s3: S3Server, s3_prefix: str, tmp_path: Path) -> 
 
 
 def test_missing_credentials_are_named(s3: S3Server, s3_prefix: str, tmp_path: Path) -> None:
+    """The server refuses anonymous requests; with no key configured the refusal cannot tell a
+    missing key from a role without the permission, and the line says both."""
     table = f"{s3_prefix}t"
     proc = run_without_aws_env(*settings(s3.endpoint, None, None, table), "status", cwd=tmp_path)
-    assert_one_line(proc, f"lakecluster: StorageError: {table}: no S3 credentials were found (none in the "
-                          "configuration or the environment, and no instance role answered); set "
-                          "storage.s3_access_key_id and storage.s3_secret_access_key (or AWS_ACCESS_KEY_ID and "
-                          "AWS_SECRET_ACCESS_KEY)")  # fmt: skip
+    assert_one_line(proc, f"lakecluster: StorageError: {table}: S3 refused access to bucket 'lakecluster-test', and "
+                          "no access key is configured (S3 refused HeadObject); set storage.s3_access_key_id and "
+                          "storage.s3_secret_access_key (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); if the "
+                          "process runs with a role or profile instead, grant it read, write, list and delete on "
+                          "the table's prefix")  # fmt: skip
 
 
 def test_missing_credentials_without_an_endpoint_keep_the_sdks_warnings_off_the_terminal(tmp_path: Path) -> None:
