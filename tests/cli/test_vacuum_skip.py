@@ -12,6 +12,7 @@ import os
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -78,3 +79,20 @@ def test_old_files_count_where_deltas_vacuum_lists_them(tmp_path: Path, place: s
     path.write_bytes(b"x")
     _age(path, hours=2)
     assert any_file_before(location, cutoff) is counted
+
+
+def test_a_history_read_only_part_of_the_way_back_does_not_count_as_the_creation(tmp_path: Path) -> None:
+    """A long log is read back only so far: its oldest commit read is not the table's creation,
+    and without a vacuum among the commits read, VACUUM runs."""
+    from deltalake import write_deltalake
+
+    from lakecluster.compaction.vacuum import recently_recorded
+    from lakecluster.table.state import CommitHistory
+
+    table = tmp_path / "t"
+    for i in range(6):
+        write_deltalake(str(table), pa.table({"x": [i]}), mode="append")
+    lake = LakeTable.at(str(table))
+    lake._history = CommitHistory(lake.delta, scan=3)  # as a fresh process reads a log of thousands
+    assert not recently_recorded(lake)
+    assert recently_recorded(LakeTable.at(str(table)))  # read back to version 0: a young table
