@@ -8,6 +8,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.Iterator;
 import java.util.UUID;
@@ -30,10 +31,14 @@ import org.apache.hadoop.fs.Path;
  *       the store answers 412 when the version exists.</li>
  * </ul>
  * Either way an existing version surfaces as {@link FileAlreadyExistsException}, which Delta
- * treats as a lost race: it re-reads the log and retries on the next version.
+ * treats as a lost race: it re-reads the log and retries on the next version. On a local disk
+ * {@code _last_checkpoint} is replaced by a rename and checkpoints are written under a temporary
+ * name first ({@link #isPartialWriteVisible}): no reader ever opens a file half written.
  */
 public class ConditionalCreateLogStore extends HadoopFileSystemLogStore {
     private static final String CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite";
+    private static final java.util.Set<String> OBJECT_STORES =
+            java.util.Set.of("s3a", "s3", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "cos", "cosn");
 
     public ConditionalCreateLogStore(Configuration hadoopConf) {
         super(hadoopConf);
@@ -44,9 +49,13 @@ public class ConditionalCreateLogStore extends HadoopFileSystemLogStore {
             throws IOException {
         FileSystem fs = path.getFileSystem(hadoopConf);
         byte[] body = join(actions);
-        if (overwrite) {
-            try (FSDataOutputStream out = fs.create(path, true)) {
-                out.write(body);
+        if (overwrite) {  // _last_checkpoint: replaced whole, never seen half written
+            if ("file".equals(fs.getScheme())) {
+                replaceLocal(fs.makeQualified(path), body);
+            } else {
+                try (FSDataOutputStream out = fs.create(path, true)) {  // an object appears whole
+                    out.write(body);
+                }
             }
             return;
         }
@@ -83,6 +92,20 @@ public class ConditionalCreateLogStore extends HadoopFileSystemLogStore {
         }
     }
 
+    private static void replaceLocal(Path qualified, byte[] body) throws IOException {
+        java.nio.file.Path target = Paths.get(qualified.toUri());
+        java.nio.file.Path temp = target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
+        try {
+            try (FileChannel channel = FileChannel.open(temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+                channel.write(java.nio.ByteBuffer.wrap(body));
+                channel.force(true);
+            }
+            Files.move(temp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+        } finally {
+            Files.deleteIfExists(temp);
+        }
+    }
+
     private static void writeConditional(FileSystem fs, Path path, byte[] body) throws IOException {
         try (FSDataOutputStream out =
                 (FSDataOutputStream) fs.createFile(path).overwrite(true).must(CONDITIONAL_CREATE, true).build()) {
@@ -109,8 +132,19 @@ public class ConditionalCreateLogStore extends HadoopFileSystemLogStore {
         return false;
     }
 
+    /**
+     * Whether a reader can see a file while it is written: on a file system (local disk, a mount,
+     * HDFS) yes, so Delta writes its checkpoints to a temporary file and renames it; an object
+     * store shows an object only once it is whole, and its rename is a copy.
+     */
     @Override
     public Boolean isPartialWriteVisible(Path path, Configuration hadoopConf) {
-        return false;
+        String scheme;
+        try {
+            scheme = path.getFileSystem(hadoopConf).getScheme();
+        } catch (IOException e) {
+            return true;
+        }
+        return !OBJECT_STORES.contains(scheme);
     }
 }
