@@ -361,6 +361,16 @@ def tune(ctx: Context) -> int:
     return 0
 
 
+def history(ctx: Context) -> int:
+    """``lakecluster history``: the newest versions of an existing table, from its log alone."""
+    from lakecluster.cli.history import format_text
+    from lakecluster.cli.history import history as read_history
+
+    data = read_history(_existing(ctx.table), ctx.args.limit)
+    emit(data, format_text(data), ctx.output)
+    return 0
+
+
 def produce(ctx: Context) -> int:
     """``lakecluster produce``: generator records as JSON into ``source.kafka.topics[0]`` until stopped."""
     import signal

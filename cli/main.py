@@ -43,6 +43,7 @@ COMMANDS: dict[str, Callable[[Context], int]] = {
     "produce": commands.produce,
     "report": commands.report,
     "tune": commands.tune,
+    "history": commands.history,
 }
 
 
@@ -102,6 +103,11 @@ def parser() -> argparse.ArgumentParser:
                        help="write: bring the stored index up to date first (default: read the commits it lacks "
                        "from the Delta log, write nothing)")  # fmt: skip
     fresh.add_argument("--no-sync", action="store_true", help=argparse.SUPPRESS)  # the default now; still accepted
+
+    h = sub.add_parser("history", help="the table's versions, newest first: operation, service, files, rows and "
+                       "bytes added and removed, duration")  # fmt: skip
+    h.add_argument("--limit", type=_int_in(1, 100_000), default=20, metavar="N",
+                   help="the newest N versions (default 20)")  # fmt: skip
 
     st = sub.add_parser("status", help="one screen about the table: files, clustering, index, compaction, vacuum, lag")
     st.add_argument("--lag-timeout", type=_float_in(0.1, 300), default=5.0, metavar="SECONDS",

@@ -344,6 +344,7 @@ class Compactor:
             "operation": "compaction", "curve": cfg.curve, "columns": ",".join(layout.columns),
             "levels": ",".join(map(str, layout.levels)), "boundary_version": str(sketches.delta_version),
             "generation": str(group.generation), "run": run_id, "reason": group.reason,
+            "seconds": f"{time.monotonic() - started:.1f}",  # planning to commit, for `lakecluster history`
             "rewrite": engine,
         }  # fmt: skip
         metrics.COMPACTION_COMMIT_ATTEMPTS.inc()

@@ -131,6 +131,10 @@ class DeltaLocation:
         """The commits after ``version``, in order; :class:`~lakecluster.table.log.LogGap` when one is gone."""
         return log.commits_after(self.fs, self.log_dir, version)
 
+    def commits_of(self, version: int) -> list[dict] | None:
+        """The actions of commit ``version``; None when its file is gone (or never was)."""
+        return log.read_commit(self.fs, self.log_dir, version)
+
     def commit_info(self, version: int) -> dict | None:
         """The ``commitInfo`` of commit ``version``; None when that commit file is gone (or has none)."""
         return log.commit_info(self.fs, self.log_dir, version)
@@ -142,6 +146,18 @@ class DeltaLocation:
             return True
         checkpoint = log.last_checkpoint(self.fs, self.log_dir)
         return checkpoint is not None and checkpoint >= version
+
+    def latest_version(self) -> int | None:
+        """The newest version in the log (None: no table): from the last checkpoint, the commits
+        after it probed one by one; no snapshot is read."""
+        version = log.last_checkpoint(self.fs, self.log_dir)
+        if version is None:
+            if not self.commit_file_exists(0):
+                return None
+            version = 0
+        while self.commit_file_exists(version + 1):
+            version += 1
+        return version
 
     def commit_file_exists(self, version: int) -> bool:
         return bool(self.fs.get_file_info(f"{self.log_dir}/{version:020d}.json").is_file)
