@@ -50,12 +50,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # fmt: skip
 
 
+# Seconds each test file took in a full run (``tests/durations.json``, written by
+# ``tests/write_durations.py``): the workers take a file at a time (``--dist=loadfile``, in this
+# order with ``--no-loadscope-reorder``), so the longest files go first and the short ones fill in
+# at the end (longest-processing-time-first); otherwise a long file started late leaves one worker
+# running it while the others have nothing left. A file not listed yet counts as a short one.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files with integration tests (real services, subprocesses: the long ones) run first, the
-    rest after them in their usual order. The workers take a file at a time: long files started
-    late would leave one worker running them while the other has nothing left."""
-    slow = {item.path for item in items if item.get_closest_marker("integration")}
-    items.sort(key=lambda item: item.path not in slow)  # stable: each file keeps its order
+    """Files in the order of their measured durations, longest first; each keeps its own order."""
+    import json
+
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: -seconds.get(item.path.relative_to(REPO).as_posix(), 0.0))  # stable
 
 
 @pytest.fixture(autouse=True)

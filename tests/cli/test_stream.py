@@ -31,11 +31,11 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-# How the stop arrives in production: docker/k8s signal the main process; systemd
-# (KillMode=control-group) and `timeout` signal every process of the group, the JVM and the
-# Python workers included; Ctrl-C in a terminal sends SIGINT to the foreground group.
+# How the stop arrives in production: systemd (KillMode=control-group) and `timeout` signal every
+# process of the group, the JVM and the Python workers included; Ctrl-C in a terminal sends
+# SIGINT to the foreground group. (docker/k8s signal the main process only: `run` and `compact`
+# are stopped that way in tests/lakecluster/test_metrics.py and tests/compaction/test_reload.py.)
 STOPS: dict[str, Callable[[subprocess.Popen[str]], None]] = {
-    "sigterm-to-driver": lambda proc: proc.send_signal(signal.SIGTERM),
     "sigterm-to-group": lambda proc: os.killpg(proc.pid, signal.SIGTERM),
     "ctrl-c-to-group": lambda proc: os.killpg(proc.pid, signal.SIGINT),
 }
