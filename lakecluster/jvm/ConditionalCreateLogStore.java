@@ -76,12 +76,8 @@ public class ConditionalCreateLogStore extends HadoopFileSystemLogStore {
 
     private static void writeLocal(Path qualified, byte[] body) throws IOException {
         java.nio.file.Path target = Paths.get(qualified.toUri());
-        java.nio.file.Path temp = target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
+        java.nio.file.Path temp = writeBeside(target, body);
         try {
-            try (FileChannel channel = FileChannel.open(temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
-                channel.write(java.nio.ByteBuffer.wrap(body));
-                channel.force(true);
-            }
             try {
                 Files.createLink(target, temp);
             } catch (FileAlreadyExistsException e) {
@@ -94,16 +90,25 @@ public class ConditionalCreateLogStore extends HadoopFileSystemLogStore {
 
     private static void replaceLocal(Path qualified, byte[] body) throws IOException {
         java.nio.file.Path target = Paths.get(qualified.toUri());
-        java.nio.file.Path temp = target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
+        java.nio.file.Path temp = writeBeside(target, body);
         try {
-            try (FileChannel channel = FileChannel.open(temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
-                channel.write(java.nio.ByteBuffer.wrap(body));
-                channel.force(true);
-            }
             Files.move(temp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
         } finally {
             Files.deleteIfExists(temp);
         }
+    }
+
+    /** {@code body} in a new hidden file beside {@code target}, flushed to the disk; returns its path. */
+    private static java.nio.file.Path writeBeside(java.nio.file.Path target, byte[] body) throws IOException {
+        java.nio.file.Path temp = target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
+        try (FileChannel channel = FileChannel.open(temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+            channel.write(java.nio.ByteBuffer.wrap(body));
+            channel.force(true);
+        } catch (IOException e) {
+            Files.deleteIfExists(temp);
+            throw e;
+        }
+        return temp;
     }
 
     private static void writeConditional(FileSystem fs, Path path, byte[] body) throws IOException {
