@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from lakecluster import class_archive, failures, progress
 from lakecluster.cli import commands
@@ -28,6 +28,8 @@ from lakecluster.config import load_config, parse_overrides
 from lakecluster.errors import InputError, LakeclusterError
 
 log = logging.getLogger("lakecluster")
+
+_N = TypeVar("_N", int, float)
 MAX_BOUNDARIES_SHOWN = 1000
 
 COMMANDS: dict[str, Callable[[Context], int]] = {
@@ -155,21 +157,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _float_in(low: float, high: float) -> Callable[[str], float]:
-    """A flag's type: a number from ``low`` to ``high``."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected a number in {low:g}..{high:g}, got {text!r}")
-        return value
-
-    return parse
-
-
 def _whole_hours(text: str) -> float:
     """``vacuum --retention``: whole hours >= 0 (Delta's VACUUM rounds fractions: 0.4 h would be 0)."""
     try:
@@ -184,14 +171,22 @@ def _whole_hours(text: str) -> float:
 
 def _int_in(low: int, high: int) -> Callable[[str], int]:
     """A flag's type: a whole number from ``low`` to ``high``."""
+    return _in_range(int, low, high, f"a whole number in {low}..{high}")
 
-    def parse(text: str) -> int:
+
+def _float_in(low: float, high: float) -> Callable[[str], float]:
+    """A flag's type: a number from ``low`` to ``high`` (NaN and infinities are outside)."""
+    return _in_range(float, low, high, f"a number in {low:g}..{high:g}")
+
+
+def _in_range(kind: Callable[[str], _N], low: _N, high: _N, expected: str) -> Callable[[str], _N]:
+    def parse(text: str) -> _N:
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            value = low - 1
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected a whole number in {low}..{high}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return value
 
     return parse
