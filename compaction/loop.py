@@ -331,9 +331,7 @@ class Compactor:
         try:
             if self._cancelled.is_set():  # the stop timeout passed while the group was planned
                 raise _Stopped
-            written, engine = self._rewrite(group, spec)
-            if self._cancelled.is_set():
-                raise _Stopped
+            written, engine = self._rewrite(group, spec)  # each engine's path checks the flag as it returns
         except _Stopped:
             metrics.COMPACTION_GROUPS.labels("abandoned").inc()
             return GroupResult(group, "abandoned", 0, 0, time.monotonic() - started, None, 0.0, 0.0, "stopped")
