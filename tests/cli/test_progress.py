@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -18,11 +20,22 @@ from tests.generated_tables import filled_for_subprocesses
 pytestmark = pytest.mark.integration
 
 
-def _compact_until(args: list[str], done: str, stream: str) -> tuple[str, str]:
-    """Run ``compact`` (the service loop) until ``done`` appears on ``stream``, then SIGTERM it."""
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _compact_until(args: list[str], done: str, stream: str, *, ctrl_c: bool = False) -> tuple[str, str]:
+    """Run ``compact`` (the service loop) until ``done`` appears on ``stream``, then stop it: SIGTERM
+    to the process, or with ``ctrl_c`` SIGINT to its whole process group (the JVM and the Python
+    workers too), as Ctrl-C in a terminal does; either way it must exit 0 and leave no process."""
     cmd = lakecluster_cmd(*args, "--set=compaction.interval_s=0.5", "--set=stream.progress=true",
                           "--set=vacuum.interval_s=0", "compact")  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(),
+                            start_new_session=True)  # fmt: skip
     outputs: dict[str, list[str]] = {"stdout": [], "stderr": []}
     seen = threading.Event()
 
@@ -38,24 +51,33 @@ def _compact_until(args: list[str], done: str, stream: str) -> tuple[str, str]:
         r.start()
     try:
         seen.wait(600)
-        proc.send_signal(signal.SIGTERM)
+        if ctrl_c:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=180)
     except subprocess.TimeoutExpired:
         pass  # reported below, with the output
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     for r in readers:
         r.join(timeout=10)
     out, err = "".join(outputs["stdout"]), "".join(outputs["stderr"])
     assert seen.is_set(), f"no {done!r} on {stream}: " + (out + err)[-3000:]
-    return out, err  # (a clean stop on SIGTERM is tested in test_stream.py and the compaction tests)
+    assert proc.returncode == 0, f"exit {proc.returncode}: " + (out + err)[-3000:]
+    assert "Traceback" not in out + err, err[-3000:]
+    deadline = time.monotonic() + 30
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _group_alive(proc.pid), "the JVM or a Python worker outlived the driver"
+    return out, err
 
 
 def test_the_compactor_shows_each_round_and_group_with_what_is_left(filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     args = filled_for_subprocesses(filled, tmp_path / "t")
-    out, err = _compact_until(args, "left 0 group(s)", "stdout")
+    out, err = _compact_until(args, "left 0 group(s)", "stdout", ctrl_c=True)
     lines = [ln for ln in out.splitlines() if ln.startswith("compaction:")]
     assert lines, out + err[-2000:]
     head = re.fullmatch(r"compaction: version (\d+), (\d+) group\(s\), ([\d.,]+) (B|KiB|MiB|GiB) to rewrite", lines[0])

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,18 +30,12 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-# How the stop arrives in production: systemd (KillMode=control-group) and `timeout` signal every
-# process of the group, the JVM and the Python workers included; Ctrl-C in a terminal sends
-# SIGINT to the foreground group. (docker/k8s signal the main process only: `run` and `compact`
-# are stopped that way in tests/lakecluster/test_metrics.py and tests/compaction/test_reload.py.)
-STOPS: dict[str, Callable[[subprocess.Popen[str]], None]] = {
-    "sigterm-to-group": lambda proc: os.killpg(proc.pid, signal.SIGTERM),
-    "ctrl-c-to-group": lambda proc: os.killpg(proc.pid, signal.SIGINT),
-}
-
-
-@pytest.mark.parametrize("stop", list(STOPS))
-def test_stream_with_defaults_runs_the_generator_and_a_stop_signal_stops_cleanly(tmp_path: Path, stop: str) -> None:
+# How the stop arrives here: as systemd (KillMode=control-group) and `timeout` send it, to every
+# process of the group, the JVM and the Python workers included. Ctrl-C in a terminal (SIGINT to
+# the foreground group) is tested on `compact` in tests/cli/test_progress.py; docker/k8s signal the
+# main process only: `run` and `compact` are stopped that way in tests/lakecluster/test_metrics.py
+# and tests/compaction/test_reload.py.
+def test_stream_with_defaults_runs_the_generator_and_a_stop_signal_stops_cleanly(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         lakecluster_cmd("--set", "source.generator.rows_per_second=2000", "--set", "stream.trigger_interval_s=1",
                         "--set", f"metrics.port={free_port()}", "stream"),
@@ -57,7 +50,7 @@ def test_stream_with_defaults_runs_the_generator_and_a_stop_signal_stops_cleanly
         if not line:
             break
         lines.append(line)
-    STOPS[stop](proc)
+    os.killpg(proc.pid, signal.SIGTERM)
     rest, _ = proc.communicate(timeout=120)
     output = "".join(lines) + rest
     assert proc.returncode == 0, output[-3000:]

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ROUNDS = 4  # both writers race for each round's version: the loser retries on the next
+ROUNDS = 3  # both writers race for each round's version: the loser retries on the next
 ROWS = 25
 
 
