@@ -27,11 +27,12 @@ from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 
 
-def _serve_metrics(config: Config) -> str:
-    """Start the metrics endpoint (``metrics.host``:``metrics.port``); a port in use is a one-line
-    error. Returns where it listens, for the service's first line."""
+def _serve_metrics(config: Config, table: LakeTable) -> str:
+    """Start the metrics endpoint (``metrics.host``:``metrics.port``), its series labelled with the
+    table's name; a port in use is a one-line error. Returns where it listens, for the service's
+    first line."""
     try:
-        port = metrics.serve(config.metrics.port, config.metrics.host)
+        port = metrics.serve(config.metrics.port, config.metrics.host, table=table.name)
     except OSError as e:
         raise LakeclusterError(
             f"cannot serve metrics on {config.metrics.host}:{config.metrics.port} ({e.strerror or e}): set "
@@ -93,7 +94,7 @@ def stream(ctx: Context) -> int:
     from lakecluster.stream.job import StreamJob, progress_printer
 
     args, config = ctx.args, ctx.config
-    served = _serve_metrics(config)
+    served = _serve_metrics(config, ctx.table)
     _say(args, f"lakecluster stream: {ctx.source.describe()} -> {ctx.table.uri}, {served} "
                "(Ctrl-C stops after the current batch)")  # fmt: skip
     job = StreamJob(config, table=ctx.table, source=ctx.source, available_now=args.available_now,
@@ -123,7 +124,7 @@ def compact(ctx: Context) -> int:
             for g in the_plan.groups]}  # fmt: skip
         emit(data, describe_plan(the_plan, config.compaction.target_file_bytes), args.output)
         return 0
-    served = _serve_metrics(config)
+    served = _serve_metrics(config, ctx.table)
     install_signal_handlers(compactor.request_stop, what="group",
                             deadline_s=config.compaction.stop_timeout_s + MARGIN_S)  # fmt: skip
     compactor.reloader = _reloader(args)
@@ -157,7 +158,7 @@ def run(ctx: Context) -> int:
     from lakecluster.stream.job import HEALTH_NAME, StreamJob, preflight, progress_printer
 
     args, config, table = ctx.args, ctx.config, ctx.table
-    served = _serve_metrics(config)
+    served = _serve_metrics(config, ctx.table)
     preflight(table, ctx.source)  # an unwritable location, a schema mismatch, no broker: before Spark starts
     _say(args, f"lakecluster run: {ctx.source.describe()} -> {table.uri}, compacting every "
                f"{config.compaction.interval_s:g}s, {served} (Ctrl-C stops both)")  # fmt: skip

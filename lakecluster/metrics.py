@@ -6,6 +6,10 @@ in docs/operations.md ("Metrics"); tests/lakecluster/test_metrics.py checks the 
 real Prometheus server against the Delta log, tests/docker/test_monitoring.py evaluates the
 dashboard's and the alert rules' expressions against a live stream and compactor.
 
+A process serves one table: the endpoint adds a ``table`` label (``LakeTable.name``) to every
+series it serves, at collection time (:class:`LabelledView`), so the call sites that count and set
+stay as they are and in-process readers of :data:`REGISTRY` see the series without it.
+
 The endpoint also answers ``/healthz`` and ``/readyz`` (lakecluster/health.py).
 """
 
@@ -34,6 +38,7 @@ from prometheus_client.core import GaugeHistogramMetricFamily, HistogramMetricFa
 from prometheus_client.utils import floatToGoString
 
 from lakecluster.health import HEALTH
+from lakecluster.jvm_metrics import JvmCollector
 
 log = logging.getLogger(__name__)
 disable_created_metrics()  # no *_created series: they double the series count and no panel uses them
@@ -101,6 +106,7 @@ class SizeDistribution:
 
 BUILD = Info("lakecluster_build", "Version of the running lakecluster", registry=REGISTRY)
 ProcessCollector(registry=REGISTRY)  # process_start_time_seconds, CPU and memory of the Python driver
+JVM = JvmCollector(REGISTRY)  # lakecluster_jvm_*: heap, GC and threads of the Spark driver's JVM, once Spark runs
 
 STREAM_BATCHES = Counter("lakecluster_stream_batches_total", "Micro-batches run (empty ones included)",
                          registry=REGISTRY)  # fmt: skip
@@ -209,6 +215,32 @@ INDEX_SYNC_SECONDS = Histogram("lakecluster_index_sync_seconds", "Wall time of a
 INDEX_PRUNE_SECONDS = Histogram("lakecluster_index_prune_seconds", "Wall time of pruning files with the index",
                                 registry=REGISTRY, buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5))  # fmt: skip
 
+class LabelledView:
+    """A registry's series with constant labels added, as the endpoint serves them.
+
+    Quacks like the registry for prometheus_client's exposition (``collect``, and
+    ``restricted_registry`` for a scrape asking for ``name[]``); a label a series already has wins.
+    """
+
+    def __init__(self, registry: Any, labels: dict[str, str] | None = None) -> None:
+        self._registry = registry
+        self.labels = dict(labels or {})
+
+    def collect(self) -> Iterator[Metric]:
+        labels = self.labels
+        for metric in self._registry.collect():
+            if labels:
+                labelled = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                labelled.samples = [s._replace(labels={**labels, **s.labels}) for s in metric.samples]
+                metric = labelled
+            yield metric
+
+    def restricted_registry(self, names: Iterable[str]) -> LabelledView:
+        return LabelledView(self._registry.restricted_registry(names), self.labels)
+
+
+EXPOSED = LabelledView(REGISTRY)  # what /metrics serves: REGISTRY with the table label (set by serve)
+
 _server_lock = threading.Lock()
 _server_port: int | None = None
 
@@ -223,7 +255,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def _app() -> Any:
-    metrics_app = make_wsgi_app(REGISTRY)
+    metrics_app = make_wsgi_app(EXPOSED)
 
     def probe(ok: bool, start_response: Any) -> list[bytes]:
         body = json.dumps({"ok": ok, "components": HEALTH.snapshot()}).encode()
@@ -242,12 +274,18 @@ def _app() -> Any:
     return app
 
 
-def serve(port: int, host: str = "127.0.0.1") -> int | None:
-    """Start the endpoint once per process (port 0 = off): /metrics, /healthz, /readyz. Returns the port."""
+def serve(port: int, host: str = "127.0.0.1", table: str | None = None) -> int | None:
+    """Start the endpoint once per process (port 0 = off): /metrics, /healthz, /readyz. Returns the port.
+
+    Args:
+        table: the name of the table the process serves (``LakeTable.name``): every series carries
+            it as its ``table`` label.
+    """
     global _server_port
     if port == 0:
         return None
     with _server_lock:
+        EXPOSED.labels = {"table": table} if table else {}
         if _server_port is None:
             from lakecluster import __version__
 

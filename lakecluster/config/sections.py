@@ -108,6 +108,8 @@ class TableConfig:
     partition_by: tuple[str, ...] = ("d_year",)
     clustering_columns: tuple[str, ...] = ("s_city", "c_city", "p_brand")
     quarantine_path: str | None = None
+    # The table's short name in metrics (their `table` label); none: the last segment of the path.
+    name: str | None = None
 
     def column(self, name: str) -> ColumnSpec:
         return next(c for c in self.columns if c.name == name)

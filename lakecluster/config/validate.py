@@ -23,6 +23,7 @@ from lakecluster.uris import is_local
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STREAM_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_TABLE_NAME = _STREAM_ID  # a label value on every series: short and plain
 # Below this, vacuum could delete files that a running rewrite or a slow reader still needs.
 MIN_RETENTION_HOURS = 168.0
 
@@ -109,6 +110,8 @@ def validate(config: Config) -> None:
 def _validate_table(t: TableConfig) -> None:
     if not t.path.strip():
         raise ConfigError("table.path", "must not be empty")
+    if t.name is not None and not _TABLE_NAME.match(t.name):
+        raise ConfigError("table.name", f"1-100 characters of letters, digits and _.:- ; got {t.name!r}")
     if not t.columns:
         raise ConfigError("table.columns", "declare at least one column")
     names = [c.name for c in t.columns]

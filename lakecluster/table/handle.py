@@ -73,6 +73,12 @@ class LakeTable:
         return self.delta.uri
 
     @property
+    def name(self) -> str:
+        """The table's short name: ``table.name``, or the last segment of its location (the
+        ``table`` label of every metric a process serves)."""
+        return self.config.table.name or self.uri.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
     def storage(self) -> StorageConfig:
         return self.config.storage
 

@@ -1,7 +1,9 @@
 """The dashboard and the alert rules against live services: a real Prometheus, configured from
 docker/prometheus/, scrapes a real `lakecluster stream` (Kafka source) and `lakecluster compact`.
-Every dashboard panel's query returns data, every alert rule evaluates over series the services
-serve, and the stalled-stream alert fires once the stream is stopped."""
+The dashboard's template variables resolve to the live table and instances; every panel's query,
+with the variables substituted as Grafana does, returns data; both services serve their JVM's
+heap; every alert rule evaluates over series the services serve, and the stalled-stream alert
+fires once the stream is stopped."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -51,6 +54,35 @@ def _prometheus_config(workdir: Path, ports: dict[str, int]) -> str:
     (workdir / "alerts.yml").write_text(yaml.safe_dump(rules))
     config["rule_files"] = [str(workdir / "alerts.yml")]
     return yaml.safe_dump(config)
+
+
+LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.+),\s*(?P<label>\w+)\)$")
+
+
+def _variable_values(prom: Prometheus, dashboard: dict) -> dict[str, list[str]]:
+    """Each template variable's values as Grafana lists them (``label_values(selector, label)`` through
+    Prometheus's label values API, the earlier variables substituted into the selector with all their values)."""
+    values: dict[str, list[str]] = {}
+    for variable in dashboard["templating"]["list"]:
+        match = LABEL_VALUES.match(variable["query"]["query"])
+        assert match, variable["query"]
+        selector = _substituted(match["selector"], {name: _regex(v) for name, v in values.items()})
+        url = f"{prom.url}/api/v1/label/{match['label']}/values?" + urllib.parse.urlencode({"match[]": selector})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            values[variable["name"]] = sorted(json.load(r)["data"])
+    return values
+
+
+def _regex(values: list[str]) -> str:
+    """Chosen values as Grafana writes them into a Prometheus regex matcher: escaped, the
+    backslashes doubled inside PromQL's double-quoted string, alternatives in parentheses."""
+    return "(" + "|".join(re.escape(v).replace("\\", "\\\\") for v in values) + ")"
+
+
+def _substituted(expr: str, regexes: dict[str, str]) -> str:
+    for name, regex in sorted(regexes.items(), key=lambda kv: -len(kv[0])):  # $instance before a $inst
+        expr = expr.replace(f"${name}", regex)
+    return expr
 
 
 def _get(url: str) -> int:
@@ -143,9 +175,29 @@ def test_dashboard_panels_and_alert_rules_work_on_live_services(deployment: dict
     time.sleep(3)  # a few more scrapes and rule evaluations on the settled state
 
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "lakecluster.json").read_text())
-    empty = [f"{p['title']}: {t['expr']}" for p in dashboard["panels"] if p["type"] != "row"
-             for t in p["targets"] if not prom.query(t["expr"])]  # fmt: skip
-    assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+    # The variables list the live table (named after table.path's last segment) and both services.
+    variables = _variable_values(prom, dashboard)
+    ports = deployment["ports"]
+    assert variables == {"table": ["lineorder"], "instance": sorted(f"127.0.0.1:{p}" for p in ports.values())}
+    exprs = [(p["title"], t["expr"]) for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
+    unfiltered = [f"{title}: {e}" for title, e in exprs if "$table" not in e]
+    assert not unfiltered, "dashboard queries not filtered by the table:\n" + "\n".join(unfiltered)
+    # Every panel has data for the live values and for "All" (each variable's allValue).
+    chosen = {name: _regex(v) for name, v in variables.items()}
+    every = {v["name"]: v["allValue"] for v in dashboard["templating"]["list"]}
+    for regexes in (chosen, every):
+        empty = [f"{title}: {e}" for title, e in exprs if not prom.query(_substituted(e, regexes))]
+        assert not empty, f"dashboard queries without data for {regexes}:\n" + "\n".join(empty)
+    # Each service alone: valid queries (Prometheus.query asserts success); the other role's panels may be empty.
+    for instance in variables["instance"]:
+        for _, e in exprs:
+            prom.query(_substituted(e, {**chosen, "instance": _regex([instance])}))
+    # The driver memory panel shows each service's JVM heap, not only its Python process.
+    heap = prom.query('lakecluster_jvm_memory_bytes{area="heap", kind="used", table="lineorder"}')
+    assert {dict(k)["role"] for k, v in heap.items() if v > 0} == {"stream", "compactor"}
+    assert prom.query('count by (role) (lakecluster_jvm_gc_collection_seconds_total{table="lineorder"})')
+    # Every lakecluster series of both services carries the table.
+    assert not prom.query('count({__name__=~"lakecluster_.+", job=~"lakecluster-.+", table!="lineorder"})')
     # A few panels carry values the test can know.
     assert prom.value('sum(rate(lakecluster_stream_quarantined_total{reason="not_json"}[5m])) > 0') is not None
     assert prom.value("sum(lakecluster_stream_quarantined_total)") == RECORDS // MALFORMED_EVERY

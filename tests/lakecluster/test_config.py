@@ -50,6 +50,7 @@ def test_file_then_env_then_flags(tmp_path: Path) -> None:
         ('[source]\nkind = "pulsar"', "source.kind", "generator, kafka"),
         ('[table]\nclustering_columns = ["nope"]', "table.clustering_columns", "unknown column 'nope'"),
         ('[table]\npartition_by = ["s_city"]', "table.clustering_columns", "partition columns"),
+        ('[table]\nname = "line order"', "table.name", "letters, digits and _.:-"),
         ('[source]\nkind = "kafka"', "source.kafka.topics", "exactly one of topics or topic_pattern"),
         (
             '[source]\nkind = "kafka"\n[source.kafka]\ntopics = ["t"]\nstarting_offsets = "yesterday"',

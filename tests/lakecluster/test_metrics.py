@@ -1,5 +1,6 @@
-"""`lakecluster run` scraped by a real Prometheus: the numbers it serves agree with the Delta log, and
-its `/readyz`, probed once a second as a kubelet does, turns ready without waiting for a vacuum."""
+"""`lakecluster run` scraped by a real Prometheus: the numbers it serves agree with the Delta log, every
+series is labelled with the table, the driver JVM's heap is among them, and its `/readyz`, probed
+once a second as a kubelet does, turns ready without waiting for a vacuum."""
 
 from __future__ import annotations
 
@@ -119,6 +120,12 @@ def test_prometheus_scrapes_run_and_the_counters_match_the_delta_log(prometheus:
         depth = prometheus.query("lakecluster_point_query_files_estimate")
         assert {dict(k)["column"] for k in depth} == {"s_city", "c_city", "p_brand"}
         assert all(1 <= v <= len(live["path"]) for v in depth.values())
+        # One process, one table: every lakecluster series carries its name (table.path's last segment),
+        # the driver JVM's heap among them.
+        assert prometheus.query('count by (table) ({__name__=~"lakecluster_.+", job="lakecluster"})').keys() == {
+            (("table", "t"),)}  # fmt: skip
+        heap = prometheus.query('lakecluster_jvm_memory_bytes{area="heap", table="t"}')
+        assert {dict(k)["kind"] for k in heap} == {"used", "committed", "max"} and all(v > 0 for v in heap.values())
         # The scrape itself is healthy: Prometheus marks the target up.
         assert prometheus.value('up{job="lakecluster"}') == 1
     finally:

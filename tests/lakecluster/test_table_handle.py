@@ -49,6 +49,18 @@ def test_configured_locations_win_and_relative_paths_are_made_absolute(
     assert not LakeTable(config).uses_s3
 
 
+def test_the_tables_name_is_the_configured_one_or_the_last_segment_of_its_location(tmp_path: Path) -> None:
+    """The ``table`` label of every metric: short and the same however the location is spelled."""
+
+    def name(**overrides: str) -> str:
+        return LakeTable(load_config(overrides=overrides, environ={})).name
+
+    assert name(**{"table.path": "s3a://lake/sales/lineorder/"}) == "lineorder"
+    assert name(**{"table.path": "s3://lake"}) == "lake"
+    assert name(**{"table.path": str(tmp_path / "t")}) == "t"
+    assert name(**{"table.path": "s3://lake/sales/lineorder", "table.name": "sales.lineorder"}) == "sales.lineorder"
+
+
 def test_a_handle_sent_to_another_process_is_a_fresh_handle_of_the_same_table(tmp_path: Path) -> None:
     table = LakeTable.at(str(tmp_path / "t"))
     table.live_files()  # a view with a lock: not what a pickle carries

@@ -1,0 +1,106 @@
+"""The driver JVM's metrics on a real endpoint, in a process of their own: none before Spark starts
+(and the scrape neither imports pyspark nor starts a JVM), the JVM's own heap, GC and threads while
+a SparkContext runs, a stuck read that holds no scrape for long, none once Spark stopped; every
+series labelled with the table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from tests.conftest import subprocess_env
+
+# One process, one JVM start: each phase scrapes the endpoint as Prometheus does and records what it saw.
+SCRIPT = textwrap.dedent("""
+    import json, os, sys, threading, time, urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    from lakecluster import metrics
+    from lakecluster.faults import PAUSE_ENV
+    from lakecluster.jvm_metrics import READER_THREAD
+
+    port = metrics.serve(int(sys.argv[1]), "127.0.0.1", table="lineorder")
+    out = {}
+
+    def scrape():
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        samples = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+        return {"seconds": time.monotonic() - started, "samples": samples,
+                "jvm": [s for s in samples if s[0].startswith("lakecluster_jvm_")]}
+
+    out["before"] = scrape()
+    out["before"]["pyspark_imported"] = "pyspark" in sys.modules
+
+    from pyspark import SparkConf, SparkContext
+    sc = SparkContext(conf=SparkConf().setMaster("local[1]").setAppName("jvm-metrics")
+                      .set("spark.driver.memory", "512m").set("spark.ui.enabled", "false"))
+    out["running"] = scrape()
+    sc._jvm.java.lang.System.gc()  # one more collection, which the next scrape must count
+    out["after_gc"] = scrape()
+
+    os.environ[PAUSE_ENV] = "jvm_metrics:2"  # the JVM read hangs for 2 s
+    out["stuck"] = scrape()
+    out["still_stuck"] = scrape()
+    out["still_stuck"]["readers"] = sum(t.name == READER_THREAD for t in threading.enumerate())
+    del os.environ[PAUSE_ENV]
+    deadline = time.monotonic() + 30
+    while any(t.name == READER_THREAD for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    out["recovered"] = scrape()
+
+    sc.stop()
+    out["stopped"] = scrape()
+    print(json.dumps(out))
+""")
+
+
+def _value(samples: list, name: str, **labels: str) -> float:
+    (value,) = [v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items())]
+    return float(value)
+
+
+def test_jvm_metrics_follow_the_driver_jvm_and_never_hold_a_scrape() -> None:
+    from tests.services.ports import free_port
+
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(free_port())], env=subprocess_env(),
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+
+    # Before Spark: no JVM series, and the scrape started nothing (pyspark not even imported).
+    assert seen["before"]["jvm"] == [] and not seen["before"]["pyspark_imported"]
+
+    running = seen["running"]["samples"]
+    used, committed, heap_max = (_value(running, "lakecluster_jvm_memory_bytes", area="heap", kind=k)
+                                 for k in ("used", "committed", "max"))  # fmt: skip
+    assert 0 < used <= committed <= heap_max <= 512 << 20  # spark.driver.memory = 512m: the JVM's heap, not Python's
+    assert heap_max > 256 << 20
+    assert _value(running, "lakecluster_jvm_memory_bytes", area="nonheap", kind="used") > 0
+    assert _value(running, "lakecluster_jvm_threads", daemon="true") + _value(
+        running, "lakecluster_jvm_threads", daemon="false") > 10  # Spark's driver runs dozens
+    collectors = {lab["gc"] for n, lab, _ in seen["running"]["jvm"] if n == "lakecluster_jvm_gc_collections_total"}
+    assert collectors and collectors == {lab["gc"] for n, lab, _ in seen["running"]["jvm"]
+                                         if n == "lakecluster_jvm_gc_collection_seconds_total"}  # fmt: skip
+
+    def collections(phase: str) -> float:
+        return sum(v for n, _, v in seen[phase]["jvm"] if n == "lakecluster_jvm_gc_collections_total")
+
+    assert collections("after_gc") > collections("running")  # read live at each scrape
+
+    # A stuck JVM read: the scrape answers within the read's bound, without JVM series, and the
+    # next scrape starts no second read beside the stuck one.
+    for phase in ("stuck", "still_stuck"):
+        assert seen[phase]["jvm"] == [] and seen[phase]["seconds"] < 2, phase
+        assert any(n == "lakecluster_stream_rows_total" for n, _, _ in seen[phase]["samples"]), phase
+    assert seen["still_stuck"]["readers"] == 1
+    assert seen["recovered"]["jvm"]
+
+    assert seen["stopped"]["jvm"] == [] and seen["stopped"]["seconds"] < 2
+
+    # Every series the endpoint serves carries the table's name, the JVM's and the Python process's too.
+    for phase in ("before", "running", "stopped"):
+        unlabelled = {n for n, lab, _ in seen[phase]["samples"] if lab.get("table") != "lineorder"}
+        assert not unlabelled, f"{phase}: series without table=lineorder: {sorted(unlabelled)}"
