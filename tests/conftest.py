@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.prometheus import Prometheus, start_prometheus
+from tests.services.alertmanager import Alertmanager, WebhookReceiver
 from tests.services.kafka import KafkaBroker
 from tests.services.process import TEST_JIT
 from tests.services.s3 import S3Server, unique_prefix
@@ -119,6 +120,29 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
     server = start_prometheus(tmp_path_factory.mktemp("prometheus"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def webhook() -> Iterator[WebhookReceiver]:
+    """An HTTP receiver in this process keeping every notification Alertmanager posts to it."""
+    receiver = WebhookReceiver()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def alertmanager(webhook: WebhookReceiver, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Alertmanager]:
+    """A real Alertmanager on 127.0.0.1 with the compose deployment's configuration (docker/compose.yaml),
+    posting to ``webhook``; its waits shortened from seconds-to-minutes to 1 s so a test sees a
+    notification within seconds of the alert firing."""
+    from tests.docker.compose import alertmanager_config
+
+    config = alertmanager_config(webhook.url, group_wait="1s", group_interval="1s", repeat_interval="1h")
+    server = Alertmanager(tmp_path_factory.mktemp("alertmanager"), config)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -7,11 +7,13 @@ machine without it cannot pass the metrics tests by not running them.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.services.ports import free_port
@@ -54,9 +56,11 @@ class Prometheus:
         self.process.wait(timeout=30)
 
 
-def start_prometheus(workdir: Path, timeout_s: float = 60, config_text: str | None = None) -> Prometheus:
+def start_prometheus(workdir: Path, timeout_s: float = 60, config_text: str | None = None,
+                     args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Prometheus:  # fmt: skip
     """A Prometheus scraping 127.0.0.1:<target_port> every second as job ``lakecluster``, or
-    configured by ``config_text`` (then ``target_port`` is 0)."""
+    configured by ``config_text`` (then ``target_port`` is 0); ``args`` are further command-line
+    flags, ``env`` variables added to its environment."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise RuntimeError("the prometheus binary is not on PATH; install Debian's `prometheus` (.ci/run does)")
@@ -70,8 +74,8 @@ def start_prometheus(workdir: Path, timeout_s: float = 60, config_text: str | No
     log = open(workdir / "prometheus.log", "wb")  # lives as long as the process
     process = subprocess.Popen(
         [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
+         f"--web.listen-address=127.0.0.1:{port}", *args],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s

@@ -21,7 +21,7 @@ import os
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,14 +130,25 @@ class KafkaBroker:
     while its sockets stay open, the way a hung broker looks to clients.
     """
 
-    def __init__(self, workdir: Path, *, cache_dir: Path = DEFAULT_CACHE) -> None:
+    def __init__(self, workdir: Path, *, cache_dir: Path = DEFAULT_CACHE,
+                 settings: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """A node whose files live under ``workdir``.
+
+        Args:
+            settings: a whole broker configuration to run instead of the tests' own (a deployment's,
+                say): kept as given, except that its listeners, advertised listeners and quorum
+                voters are moved to this node's loopback ports (their names and protocols kept),
+                and its data is where its ``log.dirs`` says.
+        """
         self.workdir = workdir
         self.port, self.controller_port, self.sasl_port = free_ports(3)
         self.bootstrap = f"127.0.0.1:{self.port}"
         # A second listener that takes only SASL/PLAIN logins (SASL_USERS), for clients whose
         # security settings must reach the wire.
         self.sasl_bootstrap = f"127.0.0.1:{self.sasl_port}"
-        self.data_dir = workdir / "data"
+        self.settings = dict(settings) if settings is not None else None
+        self.data_dir = Path(self.settings["log.dirs"]) if self.settings and "log.dirs" in self.settings \
+            else workdir / "data"  # fmt: skip
         self.log_file = workdir / "server.log"
         self.stdout_file = workdir / "stdout.log"
         self.config_file = workdir / "server.properties"
@@ -190,8 +201,10 @@ class KafkaBroker:
             *self._cds_options(dump=False),
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp", self.classpath, "kafka.tools.StorageTool",
-            "format", "--standalone", "--cluster-id", self.cluster_id, "--config", str(self.config_file),
+            "format", "--cluster-id", self.cluster_id, "--config", str(self.config_file),
         ]  # fmt: skip
+        if "controller.quorum.voters" not in (self.settings or {}):  # a dynamic quorum: this node its one voter
+            command.append("--standalone")
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
@@ -319,7 +332,7 @@ class KafkaBroker:
 
     def _write_config(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        settings = {
+        settings = self._given_settings() if self.settings is not None else {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
@@ -336,6 +349,26 @@ class KafkaBroker:
         }
         self.config_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         (self.workdir / "log4j2.properties").write_text(LOG4J2_PROPERTIES.format(log=self.log_file))
+
+    def _given_settings(self) -> dict[str, str]:
+        """``settings`` with every listener on this node's loopback ports: the controller listeners
+        on ``controller_port``, the others on ``port``."""
+        assert self.settings is not None
+        given = dict(self.settings)
+        controllers = set(given.get("controller.listener.names", "CONTROLLER").split(","))
+
+        def moved(listeners: str) -> str:
+            names = [item.split("://", 1)[0] for item in listeners.split(",") if item.strip()]
+            return ",".join(f"{n}://127.0.0.1:{self.controller_port if n in controllers else self.port}"
+                            for n in names)  # fmt: skip
+
+        for key in ("listeners", "advertised.listeners"):
+            if key in given:
+                given[key] = moved(given[key])
+        if "controller.quorum.voters" in given:
+            voters = [v.split("@", 1)[0] for v in given["controller.quorum.voters"].split(",")]
+            given["controller.quorum.voters"] = ",".join(f"{v}@127.0.0.1:{self.controller_port}" for v in voters)
+        return given
 
     def _cds_options(self, *, dump: bool) -> list[str]:
         """Map the class-data archive if there is one; else (broker runs only) write one at exit."""
