@@ -68,6 +68,9 @@ class SketchStore:
                 merged = found
             else:
                 merged.merge({name: s for name, s in found.sketches.items() if name in merged.sketches})
+                # A column only some folders have (sketches built from the table after a layout
+                # change, a stream started with other columns) is taken as it is.
+                merged.sketches.update({name: s for name, s in found.sketches.items() if name not in merged.sketches})
                 merged.delta_version = max(merged.delta_version, found.delta_version)
         return merged
 
