@@ -32,7 +32,7 @@ from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import RewriteStopped, rewrite_local
 from lakecluster.compaction.rewrite_tasks import rewrite_in_tasks
-from lakecluster.compaction.table_sketches import build_missing
+from lakecluster.compaction.table_sketches import build_missing, lacking
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.errors import (
@@ -233,12 +233,11 @@ class Compactor:
         (``table_sketches.py``)."""
         latest = self.store.latest()
         cols = self.config.table.clustering_columns
-        missing = [c for c in cols if latest is None or c not in latest.sketches]
+        version, files = self.live.snapshot()
+        missing = lacking(latest, cols, files)
         if missing:
-            version, files = self.live.snapshot()
-            if files.num_rows:
-                build_missing(self.config, self.table, files, version, [self.config.table.column(c) for c in missing])
-                latest = self.store.latest()
+            build_missing(self.config, self.table, files, version, [self.config.table.column(c) for c in missing])
+            latest = self.store.latest()
         # A column that is null in every row has an empty sketch but counts its nulls: it ranks
         # every row 0, and compaction goes on with the other columns.
         if latest is None or any(c not in latest.sketches for c in cols) or all(

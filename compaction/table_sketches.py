@@ -7,11 +7,19 @@ sketches it lacks once: it reads whole files, in an order fixed by the table ver
 at least ``SAMPLE_ROWS`` rows (or every file), only the missing columns, with pyarrow (no Python
 loop over rows), and sketches them as the stream's tasks sketch a batch.
 
+A column lacks a sketch when no sketch file has it, or when its sketch has seen fewer than half
+the table's rows and was never built from the table (a stream restarted with the new columns
+before the compactor ran has sketched only its new batches; rows another writer added). Such a
+sketch gets the sample merged in; every built column is marked (``BoundarySketches.from_table``)
+and never built again.
+
 The result is stored where the configured stream keeps its sketches: a new version of its sketch
-file holding what it had plus the new columns, under the same stream batch id (so a stream replaying
-a batch decides as before). The stream loads that file when it starts with the new columns and
-merges its batches into it, so the stream and the compactor agree on the boundaries. Nothing here
-takes the stream's lease or waits for it.
+file holding what it had plus the built columns, under the same stream batch id (so a stream
+replaying a batch decides as before). The stream re-reads its folder's newest file when another
+process wrote it (``stream/sink.py``) and keeps columns it does not sketch itself, so its next
+file carries the built sketches on, merged with its batches once it runs with the new columns:
+the stream and the compactor agree on the boundaries. Nothing here takes the stream's lease or
+waits for it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,17 @@ from lakecluster.uris import data_file
 log = logging.getLogger(__name__)
 
 SAMPLE_ROWS = 100_000  # at least this many rows (whole files) are read, or every row of a smaller table
+
+
+def lacking(sketches: BoundarySketches | None, columns: Sequence[str], live: pa.Table) -> list[str]:
+    """The ``columns`` whose sketch must be built from the table (see above); none of an empty table."""
+    table_rows = int(np.nansum(live["rows"].to_numpy(zero_copy_only=False).astype(np.float64)))
+    if not table_rows:
+        return []
+    if sketches is None:
+        return list(columns)
+    return [c for c in columns
+            if c not in sketches.sketches or (c not in sketches.from_table and 2 * sketches.rows(c) < table_rows)]
 
 
 def sample_files(live: pa.Table, version: int, rows: int = SAMPLE_ROWS) -> pa.Table:
@@ -71,7 +90,12 @@ def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int
         built.sketches[c.name].update(rows[c.name])
     store = table.sketches(table.stream_id)
     stored = store.latest() or BoundarySketches({})
-    stored.sketches.update(built.sketches)
+    for name, sketch in built.sketches.items():
+        partial = stored.sketches.get(name)  # the stream's sketch of its newest rows only, if any
+        if partial is not None and partial.kind == sketch.kind:
+            sketch.merge(partial)
+        stored.sketches[name] = sketch
+        stored.from_table[name] = version
     stored.delta_version = max(stored.delta_version, version)
     name = store.write(stored, retain=sk.retain_versions)
     size = int(np.nansum(chosen["size"].to_numpy(zero_copy_only=False)))

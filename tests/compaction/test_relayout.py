@@ -12,8 +12,12 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster.compaction.loop import Compactor
+from lakecluster.config import load_config
+from lakecluster.sketches import BoundarySketches
+from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable
 from lakecluster.table.sketch_store import load_or_empty
+from tests.cli.conftest import write_ssb_table
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.generated_tables import SMALL, generator_config, row_multiset
 
@@ -67,6 +71,49 @@ def test_new_clustering_columns_get_sketches_from_the_table_and_compaction_runs(
     assert sorted(p.name for p in folder.iterdir()) == sketch_files
     written = {p for p in DeltaTable(config.table.path).file_uris() if "-g01-" in p}
     assert written and all(f"-l{compactor.fingerprint}-" in p for p in written)
+
+
+def test_a_stream_still_on_the_old_columns_keeps_the_sketches_built_from_the_table(spark, filled,
+                                                                                    tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    config = _filled(filled, tmp_path)
+    relaid = _relaid(config, NEW_COLUMNS)
+    built = Compactor(relaid, spark=spark).sketches()  # what compact --full's first round does
+    assert set(built.from_table) == set(NEW_COLUMNS)
+
+    # The stream, not restarted yet, streams one more batch with the old clustering columns.
+    more = replace(config, source=replace(config.source, generator=replace(config.source.generator, max_rows=7_500)))
+    reports = StreamJob(more, spark=spark, available_now=True).run()
+
+    assert sum(r.rows for r in reports) == 1_500
+    newest = LakeTable(config).sketches("orders").latest()
+    assert newest is not None and newest.stream_batch_id > built.stream_batch_id  # the stream's own file
+    assert {c: newest.sketches[c].n for c in NEW_COLUMNS} == dict.fromkeys(NEW_COLUMNS, 6_000)  # carried on
+    assert newest.from_table == built.from_table
+    assert all(newest.sketches[c].n == 7_500 for c in ("s_city", "c_city", "p_brand"))
+    before = sorted(p.name for p in (Path(config.table.path) / "_lakecluster/streams/orders/sketches").iterdir())
+    Compactor(relaid, spark=spark).sketches()  # nothing lacks: nothing is built again
+    assert sorted(p.name for p in (Path(config.table.path) / "_lakecluster/streams/orders/sketches").iterdir()) \
+        == before  # fmt: skip
+
+
+def test_a_sketch_of_only_the_newest_rows_gets_the_table_sample_merged_in_once(tmp_path: Path) -> None:
+    # A stream restarted with the new column before the compactor ran: it sketched 500 rows of 3,000.
+    table = write_ssb_table(tmp_path / "lineorder", rows=3_000)
+    layout = {"table.path": json.dumps(str(table)), "table.clustering_columns": '["c_nation", "lo_quantity"]'}
+    config = load_config(None, overrides=layout, environ={})
+    rows = DeltaTable(str(table)).to_pyarrow_table()
+    partial = BoundarySketches.empty([config.table.column(c) for c in ("c_nation", "lo_quantity")])
+    for c in ("c_nation", "lo_quantity"):
+        partial.sketches[c].update(rows[c].slice(0, 500))
+    partial.stream_batch_id = 7
+    LakeTable(config).sketches(LakeTable(config).stream_id).write(partial)
+
+    first = Compactor(config).sketches()
+    again = Compactor(config).sketches()
+
+    assert {c: first.rows(c) for c in ("c_nation", "lo_quantity")} == {"c_nation": 3_500, "lo_quantity": 3_500}
+    assert set(first.from_table) == {"c_nation", "lo_quantity"} and first.stream_batch_id == 7
+    assert {c: again.rows(c) for c in ("c_nation", "lo_quantity")} == {"c_nation": 3_500, "lo_quantity": 3_500}
 
 
 def test_killed_full_pass_resumes_on_the_files_left_and_keeps_every_row_once(spark, filled,
