@@ -146,7 +146,8 @@ def compact(ctx: Context) -> int:
         if args.full:
             data["full"] = {"layout": compactor.fingerprint, "files_left": the_plan.relayout_files,
                             "bytes_left": the_plan.relayout_bytes}  # fmt: skip
-        emit(data, describe_plan(the_plan, config.compaction.target_file_bytes, full=args.full), args.output)
+        text = describe_plan(the_plan, config.compaction.target_file_bytes, full=args.full, where=args.where)
+        emit(data, text, args.output)
         return 0
     served = _serve_metrics(config)
     install_signal_handlers(compactor.request_stop, what="group",

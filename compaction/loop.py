@@ -622,10 +622,11 @@ class BackgroundCompactor:
             self._thread.join(timeout_s)
 
 
-def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False) -> str:
-    """The plan as text: the table, each group of this round, and with ``full`` what the whole pass
-    has left to re-cluster (this round's groups included)."""
-    lines = [f"table version {the_plan.table_version}: {the_plan.files_total} files, "
+def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False, where: str | None = None) -> str:
+    """The plan as text: the table (the files that can match ``where``, if given), each group of this
+    round, and with ``full`` what the whole pass has left to re-cluster (this round's groups included)."""
+    scope = f" (the files --where {where!r} can match)" if where is not None else ""
+    lines = [f"table version {the_plan.table_version}: {the_plan.files_total} files{scope}, "
              f"{human_bytes(the_plan.bytes_total)}; {len(the_plan.groups)} group(s) to rewrite"]  # fmt: skip
     if full:
         round_bytes = sum(g.bytes for g in the_plan.groups)
