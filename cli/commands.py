@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from lakecluster import metrics
@@ -107,7 +108,7 @@ def stream(ctx: Context) -> int:
     return 0
 
 
-def _where_scope(table: LakeTable, where: str) -> Any:
+def _where_scope(table: LakeTable, where: str) -> Callable[[], list[str]]:
     """``compact --where``: a function giving the paths of the files whose partition values and stats
     can match ``where``, from the column-stats index and the commits it lacks (writes nothing).
     Called once here, so a predicate that does not parse is a usage error before anything runs."""

@@ -538,7 +538,8 @@ class Compactor:
                 # Ready once a round was planned and its work committed: a vacuum (minutes on a
                 # big table) never holds readiness back.
                 HEALTH.ready(HEALTH_NAME)
-                self.maybe_vacuum()
+                if not self.full:  # a full pass is a bounded job beside the service, which vacuums
+                    self.maybe_vacuum()
                 if backoff.in_episode:
                     log.warning("compactor recovered after %.0fs", backoff.reset())
             except NoBoundariesError as e:
