@@ -1,14 +1,15 @@
-"""The subcommands. Read-only ones (``status``, ``compact --dry-run``, ``explain`` without ``--sync``,
-``boundaries``, ``tune``, ``report``, ``index show``, ``vacuum --dry-run``, ``config``) never write to
-the table; a missing table is a one-line error, raised before Spark starts. ``config`` does not look
-at the table at all. Everything that can be checked without Spark (metrics port, table location,
-schema, broker) is checked before Spark starts."""
+"""The subcommands. Read-only ones (``status``, ``compact --dry-run`` (with ``--where`` or ``--full``
+too), ``explain`` without ``--sync``, ``boundaries``, ``tune``, ``report``, ``index show``, ``vacuum
+--dry-run``, ``config``) never write to the table; a missing table is a one-line error, raised before
+Spark starts. ``config`` does not look at the table at all. Everything that can be checked without
+Spark (metrics port, table location, schema, broker) is checked before Spark starts."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from lakecluster import metrics
@@ -108,21 +109,47 @@ def stream(ctx: Context) -> int:
     return 0
 
 
+def _where_scope(table: LakeTable, where: str) -> Callable[[], list[str]]:
+    """``compact --where``: a function giving the paths of the files whose partition values and stats
+    can match ``where``, from the column-stats index and the commits it lacks (writes nothing).
+    Called once here, so a predicate that does not parse is a usage error before anything runs."""
+    from lakecluster.index.prune import prune
+
+    def scope() -> list[str]:
+        return prune(table, where, index="latest").paths
+
+    try:
+        scope()
+    except PredicateError as e:
+        e.source = "--where"
+        raise
+    return scope
+
+
 def compact(ctx: Context) -> int:
-    """``lakecluster compact``: the table must exist (opened before anything else); ``--dry-run`` plans only."""
+    """``lakecluster compact``: the table must exist (opened before anything else); ``--dry-run`` plans
+    only; ``--where`` limits it to the files that can match; ``--full`` re-clusters after a layout change."""
     from lakecluster.compaction.loop import Compactor, describe_plan
     from lakecluster.shutdown import MARGIN_S, install_signal_handlers
 
     args, config = ctx.args, ctx.config
-    compactor = Compactor(config, table=ctx.table)
+    scope = _where_scope(_existing(ctx.table), args.where) if args.where is not None else None
+    compactor = Compactor(config, table=ctx.table, scope=scope, full=args.full)
     if args.dry_run:
         the_plan = compactor.plan()
-        data = {"table_version": the_plan.table_version, "groups": [
+        data: dict[str, Any] = {"table_version": the_plan.table_version, "groups": [
             {"partition": dict(g.partition), "files": [f.path for f in g.files], "bytes": g.bytes, "rows": g.rows,
              "generation": g.generation, "reason": g.reason,
              "expected_files": g.expected_files(config.compaction.target_file_bytes)}
             for g in the_plan.groups]}  # fmt: skip
-        emit(data, describe_plan(the_plan, config.compaction.target_file_bytes), args.output)
+        data["bytes"] = sum(g.bytes for g in the_plan.groups)
+        if args.where is not None:
+            data["where"] = args.where
+        if args.full:
+            data["full"] = {"layout": compactor.fingerprint, "files_left": the_plan.relayout_files,
+                            "bytes_left": the_plan.relayout_bytes}  # fmt: skip
+        text = describe_plan(the_plan, config.compaction.target_file_bytes, full=args.full, where=args.where)
+        emit(data, text, args.output)
         return 0
     served = _serve_metrics(config, ctx.table)
     install_signal_handlers(compactor.request_stop, what="group",
@@ -136,12 +163,21 @@ def compact(ctx: Context) -> int:
         conflicts = sum(1 for res in results if res.result == "conflict")
         committed = sum(1 for res in results if res.result == "committed")
         print(f"lakecluster compact: {committed} group(s) committed, {conflicts} conflict(s)", flush=True)
+        if args.full:
+            files, size = compactor.relayout_left()
+            print(f"lakecluster compact --full: {files} file(s), {human_bytes(size)} left on other layouts"
+                  + (" (run it again to go on)" if files else ""), flush=True)  # fmt: skip
         return 3 if conflicts else 0
-    _say(args, f"lakecluster compact: {ctx.table.uri} every {config.compaction.interval_s:g}s, {served} "
+    what = "until every file is clustered under the current layout" if args.full else \
+        f"every {config.compaction.interval_s:g}s"
+    _say(args, f"lakecluster compact{' --full' if args.full else ''}: {ctx.table.uri} {what}, {served} "
                "(Ctrl-C stops after the current group)")  # fmt: skip
     if _progress(args, config):
         compactor.on_progress = _print
     compactor.run_forever()
+    if args.full and not compactor.stopping:
+        _say(args, "lakecluster compact --full: done, every file is clustered under the current layout "
+                   f"({', '.join(config.table.clustering_columns)}; {config.compaction.curve}); exiting")  # fmt: skip
     return 0
 
 

@@ -74,6 +74,13 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compact", help="cluster and compact the table (runs until stopped)")
     c.add_argument("--once", action="store_true", help="one planning round, then exit")
     c.add_argument("--dry-run", action="store_true", help="print the plan (groups, files, bytes, why) and exit")
+    c.add_argument("--where", metavar="PREDICATE",
+                   help="rewrite only files whose partition values and column stats can match it, e.g. "
+                   "\"d_year = 1995\" (the where-clause language of explain)")  # fmt: skip
+    c.add_argument("--full", action="store_true",
+                   help="re-cluster every file not clustered under the current layout (after a change of "
+                   "table.clustering_columns, compaction.column_weights or compaction.curve), a bounded part per "
+                   "round; without --once, exits when none is left")  # fmt: skip
 
     r = sub.add_parser("run", help="the stream and the compactor side by side in one process (local use)")
     r.add_argument("--max-batches", type=_positive_int, help="stop after this many micro-batches")

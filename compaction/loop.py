@@ -27,10 +27,12 @@ from lakecluster import metrics, progress
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, plan_live
+from lakecluster.compaction.relayout import off_layout, still_pending, with_relayout
 from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import RewriteStopped, rewrite_local
 from lakecluster.compaction.rewrite_tasks import rewrite_in_tasks
+from lakecluster.compaction.table_sketches import build_missing, lacking
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.errors import (
@@ -43,7 +45,7 @@ from lakecluster.errors import (
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
 from lakecluster.index.sync import sync as sync_index
-from lakecluster.layout import ClusteringLayout, clustering_depth
+from lakecluster.layout import ClusteringLayout, clustering_depth, layout_fingerprint
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sizes import human_bytes
@@ -106,7 +108,8 @@ def thresholds(config: Config) -> dict[str, str]:
 class Compactor:
     """The compaction service of one table: rounds of plan, rewrite and commit, vacuum on a schedule."""
 
-    def __init__(self, config: Config, *, table: LakeTable | None = None, spark: SparkSession | None = None) -> None:
+    def __init__(self, config: Config, *, table: LakeTable | None = None, spark: SparkSession | None = None,
+                 scope: Callable[[], Sequence[str]] | None = None, full: bool = False) -> None:  # fmt: skip
         """A compactor of ``config``'s table.
 
         Args:
@@ -115,6 +118,11 @@ class Compactor:
             table: the table's handle (default: one built from ``config``).
             spark: a session whose SparkContext the compactor shares (default: its own, started on
                 first use).
+            scope: called at every planning, the paths of the files that may be rewritten (``compact
+                --where``: the files whose partition values and stats can match the predicate);
+                None: every file.
+            full: re-cluster every file not clustered under the current layout (``compact --full``,
+                ``relayout.py``); :meth:`run_forever` then ends when none is left.
 
         Raises:
             TableNotFoundError: there is no table (the compactor never creates one).
@@ -127,6 +135,9 @@ class Compactor:
         self.live = table.live_files()
         self._without_stats = WithoutStatsWarning(table.uri, config.skipping_columns)
         self.store = table.sketches()
+        self.scope = scope
+        self.full = full
+        self._pending: pa.Array | None = None  # --full: the files off the layout when the pass started
         self._shared_spark = spark
         self._spark: SparkSession | None = None
         self._stop = threading.Event()
@@ -210,9 +221,23 @@ class Compactor:
 
     # -- inputs ---------------------------------------------------------------------------
 
+    @property
+    def fingerprint(self) -> str:
+        """The current layout's fingerprint (columns, weights, curve), as rewritten files carry it."""
+        cfg = self.config.compaction
+        return layout_fingerprint(self.config.table.clustering_columns, cfg.weights(), cfg.curve)
+
     def sketches(self) -> BoundarySketches:
+        """The boundary sketches of the clustering columns; those the stream never sketched (after a
+        layout change, or on a table another writer filled) are built from the table first, once
+        (``table_sketches.py``)."""
         latest = self.store.latest()
         cols = self.config.table.clustering_columns
+        version, files = self.live.snapshot()
+        missing = lacking(latest, cols, files)
+        if missing:
+            build_missing(self.config, self.table, files, version, [self.config.table.column(c) for c in missing])
+            latest = self.store.latest()
         # A column that is null in every row has an empty sketch but counts its nulls: it ranks
         # every row 0, and compaction goes on with the other columns.
         if latest is None or any(c not in latest.sketches for c in cols) or all(
@@ -225,8 +250,31 @@ class Compactor:
         return latest
 
     def plan(self) -> Plan:
+        """This round's groups: the planner's, within the scope; with ``full``, the files still off
+        the current layout in front of them."""
+        version, files = self.in_scope()
+        the_plan = plan_live(files, version, self.spec.partition_by, self.config.compaction)
+        if not self.full:
+            return the_plan
+        if self._pending is None:
+            self._pending = off_layout(files, self.fingerprint)
+        return with_relayout(the_plan, files, self._pending, self.fingerprint, self.spec.partition_by,
+                             self.config.compaction)  # fmt: skip
+
+    def in_scope(self) -> tuple[int, pa.Table]:
+        """(latest version, the live files the scope lets this compactor rewrite)."""
         version, files = self.live.snapshot()
-        return plan_live(files, version, self.spec.partition_by, self.config.compaction)
+        if self.scope is not None:
+            files = files.filter(pc.is_in(files["path"], value_set=pa.array(list(self.scope()), pa.string())))
+        return version, files
+
+    def relayout_left(self) -> tuple[int, int]:
+        """``--full``: (files, bytes) of the pass still off the current layout."""
+        _, files = self.in_scope()
+        if self._pending is None:
+            self._pending = off_layout(files, self.fingerprint)
+        left = still_pending(files, self._pending, self.fingerprint)
+        return left.num_rows, int(pc.sum(left["size"]).as_py() or 0)
 
     def sync_index(self) -> None:
         """Bring the column-stats index up to date; a failure is logged, never fails compaction
@@ -314,6 +362,7 @@ class Compactor:
     def compact_group(self, group: Group, sketches: BoundarySketches) -> GroupResult:
         cfg = self.config.compaction
         started = time.monotonic()
+        fingerprint = self.fingerprint
         if not self._inputs_live(group):
             metrics.COMPACTION_GROUPS.labels("skipped").inc()
             return GroupResult(group, "skipped", 0, 0, 0.0, None, 0.0, 0.0,
@@ -326,7 +375,7 @@ class Compactor:
         )  # fmt: skip
         run_id = uuid.uuid4().hex[:12]
         spec = RewriteSpec(self.table.uri, self.config.table.columns, self.spec.partition_by, layout,
-                           target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}",
+                           target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}-l{fingerprint}",
                            storage=self.table.storage_for_tasks(), stats_columns=self._stats_columns())  # fmt: skip
         try:
             if self._cancelled.is_set():  # the stop timeout passed while the group was planned
@@ -340,6 +389,7 @@ class Compactor:
         before = self._scanned(self.ranges(), [f.path for f in group.files], sketches)
         meta = {
             "operation": "compaction", "curve": cfg.curve, "columns": ",".join(layout.columns),
+            "weights": ",".join(f"{cfg.weights().get(c, 1.0):g}" for c in layout.columns), "layout": fingerprint,
             "levels": ",".join(map(str, layout.levels)), "boundary_version": str(sketches.delta_version),
             "generation": str(group.generation), "run": run_id, "reason": group.reason,
             "seconds": f"{time.monotonic() - started:.1f}",  # planning to commit, for `lakecluster history`
@@ -478,10 +528,18 @@ class Compactor:
             wait = self.config.compaction.interval_s
             try:
                 self.run_once()
+                if self.full:
+                    files, size = self.relayout_left()
+                    if not files:
+                        log.info("compact --full: every file of the pass is clustered under the current layout")
+                        return
+                    self._progress(f"compaction --full: {files} file(s), {human_bytes(size)} left on other layouts")
+                    wait = 0.0  # the pass goes on at once; its rounds keep their per-round limits
                 # Ready once a round was planned and its work committed: a vacuum (minutes on a
                 # big table) never holds readiness back.
                 HEALTH.ready(HEALTH_NAME)
-                self.maybe_vacuum()
+                if not self.full:  # a full pass is a bounded job beside the service, which vacuums
+                    self.maybe_vacuum()
                 if backoff.in_episode:
                     log.warning("compactor recovered after %.0fs", backoff.reset())
             except NoBoundariesError as e:
@@ -565,9 +623,16 @@ class BackgroundCompactor:
             self._thread.join(timeout_s)
 
 
-def describe_plan(the_plan: Plan, target_file_bytes: int) -> str:
-    lines = [f"table version {the_plan.table_version}: {the_plan.files_total} files, "
+def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False, where: str | None = None) -> str:
+    """The plan as text: the table (the files that can match ``where``, if given), each group of this
+    round, and with ``full`` what the whole pass has left to re-cluster (this round's groups included)."""
+    scope = f" (the files --where {where!r} can match)" if where is not None else ""
+    lines = [f"table version {the_plan.table_version}: {the_plan.files_total} files{scope}, "
              f"{human_bytes(the_plan.bytes_total)}; {len(the_plan.groups)} group(s) to rewrite"]  # fmt: skip
+    if full:
+        round_bytes = sum(g.bytes for g in the_plan.groups)
+        lines.append(f"--full: {the_plan.relayout_files} file(s), {human_bytes(the_plan.relayout_bytes)} not "
+                     f"clustered under the current layout; this round rewrites {human_bytes(round_bytes)}")  # fmt: skip
     for i, g in enumerate(the_plan.groups, 1):
         lines.append(
             f"  {i}. partition {dict(g.partition) or '-'}: {len(g.files)} files, {human_bytes(g.bytes)}, "

@@ -83,6 +83,9 @@ class Plan:
     groups: list[Group] = field(default_factory=list)
     files_total: int = 0
     bytes_total: int = 0
+    # ``compact --full`` (``relayout.py``): files and bytes of the pass still off the current layout.
+    relayout_files: int = 0
+    relayout_bytes: int = 0
 
 
 def snapshot_files(table: DeltaTable, partition_by: Sequence[str]) -> tuple[list[DataFile], pa.Table]:

@@ -19,6 +19,8 @@ Everything is vectorised over Arrow batches.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,18 @@ import pyarrow.compute as pc
 from lakecluster.curves import Curve, bits_for, curve_key
 from lakecluster.cuts import Unit, level_cuts, unit_of
 from lakecluster.sketches import Boundaries, BoundarySketches
+
+FINGERPRINT_CHARS = 8  # hex characters of a layout fingerprint in a file name
+
+
+def layout_fingerprint(columns: Sequence[str], weights: Mapping[str, float], curve: str) -> str:
+    """A short, stable id of a clustering layout: its columns in order, each one's weight (1 when not
+    given) and the curve. Files a compaction writes carry it in their names (``part-g<g>-<run>-l<id>-``),
+    so ``compact --full`` tells files clustered under the current layout from the others.
+    Boundaries and levels are not part of it: they follow the data, not the user's choice."""
+    what = json.dumps({"columns": list(columns), "curve": curve,
+                       "weights": [float(weights.get(c, 1.0)) for c in columns]}, sort_keys=True)  # fmt: skip
+    return hashlib.sha256(what.encode()).hexdigest()[:FINGERPRINT_CHARS]
 
 
 def choose_levels(target_cells: float, caps: Sequence[int], weights: Sequence[float] | None = None) -> tuple[int, ...]:

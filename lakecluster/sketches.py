@@ -604,7 +604,11 @@ class Boundaries:
 
 
 class BoundarySketches:
-    """The sketches of all clustering columns of a table, with the versions they cover."""
+    """The sketches of all clustering columns of a table, with the versions they cover.
+
+    ``from_table`` names the columns whose sketch began as a sample of the table's rows (a column
+    the stream had not sketched, built by the compactor) and the table version it read.
+    """
 
     def __init__(
         self,
@@ -612,10 +616,17 @@ class BoundarySketches:
         *,
         delta_version: int = -1,
         stream_batch_id: int = -1,
+        from_table: Mapping[str, int] | None = None,
     ) -> None:
         self.sketches = dict(sketches)
         self.delta_version = delta_version
         self.stream_batch_id = stream_batch_id
+        self.from_table = dict(from_table or {})
+
+    def rows(self, column: str) -> int:
+        """The values ``column``'s sketch has seen: nulls and NaN included (0 without a sketch)."""
+        sketch = self.sketches.get(column)
+        return 0 if sketch is None else sketch.n + sketch.nulls + sketch.nans
 
     @classmethod
     def empty(

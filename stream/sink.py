@@ -116,6 +116,7 @@ class StreamSink:
         self.store = table.sketches(start.stream_id)
         sk = config.sketches
         self.sketches = load_or_empty(self.store, self.sketch_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
         self.table_log = table.delta.follow(start.stream_id)
@@ -142,6 +143,7 @@ class StreamSink:
         sketches_at: float | None = None
         txn = self.start.txn_version(batch_id)
         table_done, quarantine_done = self._committed(txn)
+        self._adopt_newer_sketches()
         sketch_done = not self.config.sketches.enabled or self.sketches.stream_batch_id >= txn
         offsets = resume.batch_offsets(self.table, batch_id)
         if table_done and quarantine_done and sketch_done:
@@ -175,7 +177,7 @@ class StreamSink:
             self.sketches.merge(merged)
             self.sketches.stream_batch_id = txn
             self.sketches.delta_version = self.table_log.version
-            self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
+            self._sketch_file = self.store.write(self.sketches, retain=self.config.sketches.retain_versions)
             sketches_at = time.time()
 
         if self.after_commit is not None and not table_done:
@@ -187,6 +189,21 @@ class StreamSink:
             offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
             timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(), sketches_at=sketches_at,
         ))  # fmt: skip
+
+    def _adopt_newer_sketches(self) -> None:
+        """Read the stream's sketch file again when another process wrote a newer one: the compactor
+        adds the sketches of new clustering columns it built from the table (compaction/table_sketches.py)
+        to the stream's newest file, and the stream's next file must keep them."""
+        if not self.config.sketches.enabled:
+            return
+        newest = self.store.newest()
+        if newest is None or newest == self._sketch_file:
+            return
+        sk = self.config.sketches
+        self.sketches = load_or_empty(self.store, self.sketch_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self._sketch_file = newest
+        log.info("boundary sketches re-read from %s (written by another process): columns %s", newest,
+                 ", ".join(self.sketches.sketches))  # fmt: skip
 
     def _task_spec(self, sketch_done: bool, files: TaskFiles | None = None) -> TaskSpec:
         return TaskSpec(

@@ -11,8 +11,10 @@ view kept beside this one (``depth.py``'s clustering depth) follows the same com
 reading the whole file table again.
 
 One row per live file: ``path``, ``size``, ``rows``, ``partition.<p>`` (the partition value as
-text), ``generation`` and ``run`` (from the file name, see ``planner.file_run``), and ``min.<c>``,
-``max.<c>`` of the clustering columns (null when the file has no stats for them).
+text), ``generation``, ``run`` and ``layout`` (from the file name, see ``planner.file_run``; ``layout``
+is the fingerprint of the clustering layout a compaction wrote the file under, ``layout.layout_fingerprint``,
+null for other files), and ``min.<c>``, ``max.<c>`` of the clustering columns (null when the file
+has no stats for them).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 
 # The basename's first "part-g<generation>-<run>-" (what planner.file_run finds).
 _RUN_IN_PATH = r"(?:^|/)[^/]*?part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-[^/]*$"
+# The layout fingerprint after the run id ("part-g01-<run>-l<fingerprint>-..."); files written
+# before fingerprints were recorded have none.
+_LAYOUT_IN_PATH = r"(?:^|/)[^/]*?part-g\d+-[0-9a-f]+-l(?P<layout>[0-9a-f]+)-[^/]*$"
 
 
 CHANGE_LOG_ROWS = 256 * 1024  # rows the change log keeps (older changes are dropped)
@@ -75,7 +80,7 @@ class LiveFiles:
     def _schema(self) -> pa.Schema:
         fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("rows", pa.int64())]
         fields += [pa.field(f"partition.{p.name}", pa.string()) for p in self.partition_by]
-        fields += [pa.field("generation", pa.int32()), pa.field("run", pa.string())]
+        fields += [pa.field("generation", pa.int32()), pa.field("run", pa.string()), pa.field("layout", pa.string())]
         for c in self.stats_columns:
             fields += [pa.field(f"min.{c.name}", arrow_type(c)), pa.field(f"max.{c.name}", arrow_type(c))]
         return pa.schema(fields)
@@ -196,11 +201,15 @@ class LiveFiles:
 
 
 def _runs(paths: pa.Array | pa.ChunkedArray) -> dict[str, pa.Array]:
-    """``generation`` (0 when not written by compaction) and ``run`` (null then) of each path."""
+    """``generation`` (0 when not written by compaction), ``run`` (null then) and ``layout`` (null
+    when the name carries no layout fingerprint) of each path."""
     found = pc.extract_regex(paths, _RUN_IN_PATH)
+    layout = pc.extract_regex(paths, _LAYOUT_IN_PATH)
     if isinstance(found, pa.ChunkedArray):
         found = found.combine_chunks()
+    if isinstance(layout, pa.ChunkedArray):
+        layout = layout.combine_chunks()
     # struct_field, not .field(): a path that does not match is a null struct, and only
     # struct_field carries that null into the field.
     generation = pc.fill_null(pc.struct_field(found, "generation").cast(pa.int32()), 0)
-    return {"generation": generation, "run": pc.struct_field(found, "run")}
+    return {"generation": generation, "run": pc.struct_field(found, "run"), "layout": pc.struct_field(layout, "layout")}

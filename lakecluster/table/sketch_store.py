@@ -68,6 +68,11 @@ class SketchStore:
                 merged = found
             else:
                 merged.merge({name: s for name, s in found.sketches.items() if name in merged.sketches})
+                # A column only some folders have (sketches built from the table after a layout
+                # change, a stream started with other columns) is taken as it is.
+                taken = {name: s for name, s in found.sketches.items() if name not in merged.sketches}
+                merged.sketches.update(taken)
+                merged.from_table.update({name: v for name, v in found.from_table.items() if name in taken})
                 merged.delta_version = max(merged.delta_version, found.delta_version)
         return merged
 
@@ -84,9 +89,14 @@ class SketchStore:
             }
         except (OSError, ValueError, KeyError) as e:
             raise SketchStoreError(f"cannot read boundary sketches {path}: {e}") from e
-        return BoundarySketches(
-            sketches, delta_version=header["delta_version"], stream_batch_id=header["stream_batch_id"]
-        )
+        return BoundarySketches(sketches, delta_version=header["delta_version"],
+                                stream_batch_id=header["stream_batch_id"],
+                                from_table=header.get("from_table", {}))  # fmt: skip
+
+    def newest(self) -> str | None:
+        """The name of this stream's newest sketch file (None: there is none)."""
+        names = self._names()
+        return names[-1] if names else None
 
     def write(self, sketches: BoundarySketches, *, retain: int = 20) -> str:
         parts, columns, offset = [], [], 0
@@ -99,6 +109,7 @@ class SketchStore:
             "format": 1,
             "delta_version": sketches.delta_version,
             "stream_batch_id": sketches.stream_batch_id,
+            "from_table": sketches.from_table,
             "written_at": time.time(),
             "columns": columns,
         }).encode()  # fmt: skip
@@ -123,7 +134,12 @@ class SketchStore:
 def load_or_empty(
     store: SketchStore, columns: tuple[ColumnSpec, ...], *, k: int, max_string_chars: int = MAX_STRING_CHARS_DEFAULT
 ) -> BoundarySketches:
-    """The latest sketches, with an empty sketch for any clustering column not in them yet."""
+    """The latest sketches, with an empty sketch for any clustering column not in them yet.
+
+    Columns of the file that are not among ``columns`` are kept as they are: a stream started with
+    other clustering columns writes them on, so the sketches the compactor built from the table for
+    a layout change are not lost when a stream still running with the old columns writes its next
+    file."""
     latest = store.latest()
     fresh = BoundarySketches.empty(columns, k=k, max_string_chars=max_string_chars)
     if latest is None:
@@ -132,5 +148,10 @@ def load_or_empty(
         old = latest.sketches.get(c.name)
         if old is not None and old.kind == sketch_kind(c):
             fresh.sketches[c.name] = old
+    declared = {c.name for c in columns}
+    fresh.sketches.update({name: s for name, s in latest.sketches.items() if name not in declared})
+    # A column kept from the file keeps its mark (one whose type changed starts empty, unmarked).
+    kept = {name for name, s in fresh.sketches.items() if s is latest.sketches.get(name)}
+    fresh.from_table = {name: v for name, v in latest.from_table.items() if name in kept}
     fresh.delta_version, fresh.stream_batch_id = latest.delta_version, latest.stream_batch_id
     return fresh

@@ -82,6 +82,10 @@ READS = {
     "report": ["report", "--out", "{out}"],
     "config": ["config"],
     "compact --dry-run": ["compact", "--dry-run"],
+    # A layout change with no sketches of the new columns: the plan needs none, and builds none.
+    "compact --full --dry-run": ["--set", 'table.clustering_columns=["c_nation", "lo_quantity"]', "compact",
+                                 "--full", "--dry-run"],
+    "compact --dry-run --where": ["compact", "--dry-run", "--full", "--where", "d_year >= 1995 AND s_city = 'X'"],
 }
 
 

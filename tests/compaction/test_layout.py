@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from lakecluster.compaction.planner import file_run
-from lakecluster.layout import ClusteringLayout, assign_files, choose_levels, pieces
+from lakecluster.layout import ClusteringLayout, assign_files, choose_levels, layout_fingerprint, pieces
 from lakecluster.sketches import BoundarySketches, ColumnSketch
 
 
@@ -48,6 +48,15 @@ def test_a_heavy_cell_is_cut_into_pieces_of_about_the_target() -> None:
 def test_run_and_generation_are_read_from_file_names() -> None:
     assert file_run("d_year=1995/part-g02-0a1b2c3d4e5f-abcd-c0000.snappy.parquet") == (2, "0a1b2c3d4e5f")
     assert file_run("d_year=1995/part-s0000000004-abcd-c0000.snappy.parquet") == (0, None)
+
+
+def test_the_layout_fingerprint_changes_with_columns_their_order_weights_and_curve() -> None:
+    base = layout_fingerprint(["a", "b"], {}, "hilbert")
+    assert base == layout_fingerprint(["a", "b"], {"a": 1.0}, "hilbert")  # weight 1 is the default
+    assert len(base) == 8 and int(base, 16) >= 0
+    others = [layout_fingerprint(["b", "a"], {}, "hilbert"), layout_fingerprint(["a"], {}, "hilbert"),
+              layout_fingerprint(["a", "b"], {"b": 2.0}, "hilbert"), layout_fingerprint(["a", "b"], {}, "zorder")]
+    assert len({base, *others}) == 5
 
 
 def test_equal_depth_levels_split_rows_evenly_for_a_skewed_column() -> None:

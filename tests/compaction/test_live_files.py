@@ -136,3 +136,12 @@ def test_an_empty_partition_value_is_null_from_the_log_as_from_the_snapshot(tmp_
     again = LiveFiles(LakeTable.at(table).delta, [ColumnSpec("s", "string")], [ColumnSpec("v", "long")])
     again.refresh()
     assert live.table.sort_by("path").equals(again.table.sort_by("path"))
+
+
+def test_the_layout_fingerprint_is_read_from_a_compaction_file_name_and_null_elsewhere() -> None:
+    paths = ["d_year=1995/part-g01-0a1b2c3d4e5f-l1f2e3d4c-00ab-c00000.snappy.parquet",
+             "d_year=1995/part-g02-0a1b2c3d4e5f-00ab-c00000.snappy.parquet",  # before fingerprints
+             "part-00000-5f1e-c000.snappy.parquet"]  # fmt: skip
+    found = _runs(pa.array(paths))
+    assert found["layout"].to_pylist() == ["1f2e3d4c", None, None]
+    assert found["run"].to_pylist() == ["0a1b2c3d4e5f", "0a1b2c3d4e5f", None]

@@ -1,0 +1,108 @@
+"""Boundary sketches built from the table's own rows, for clustering columns the stream never sketched.
+
+The stream sketches the clustering columns it was started with, batch by batch; after the columns
+change (``tune --queries``' advice applied), the rows already in the table have no sketch of the
+new ones, and without boundaries they could never be re-clustered. The compactor then builds the
+sketches it lacks once: it reads whole files, in an order fixed by the table version, until it has
+at least ``SAMPLE_ROWS`` rows (or every file), only the missing columns, with pyarrow (no Python
+loop over rows), and sketches them as the stream's tasks sketch a batch.
+
+A column lacks a sketch when no sketch file has it, or when its sketch has seen fewer than half
+the table's rows and was never built from the table (a stream restarted with the new columns
+before the compactor ran has sketched only its new batches; rows another writer added). Such a
+sketch gets the sample merged in; every built column is marked (``BoundarySketches.from_table``)
+and never built again.
+
+The result is stored where the configured stream keeps its sketches: a new version of its sketch
+file holding what it had plus the built columns, under the same stream batch id (so a stream
+replaying a batch decides as before). The stream re-reads its folder's newest file when another
+process wrote it (``stream/sink.py``) and keeps columns it does not sketch itself, so its next
+file carries the built sketches on, merged with its batches once it runs with the new columns:
+the stream and the compactor agree on the boundaries. Nothing here takes the stream's lease or
+waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pds
+
+from lakecluster.config import Config
+from lakecluster.schema import ColumnSpec, arrow_schema
+from lakecluster.sizes import human_bytes
+from lakecluster.sketches import BoundarySketches
+from lakecluster.storage import filesystem
+from lakecluster.table import LakeTable
+from lakecluster.uris import data_file
+
+log = logging.getLogger(__name__)
+
+SAMPLE_ROWS = 100_000  # at least this many rows (whole files) are read, or every row of a smaller table
+
+
+def lacking(sketches: BoundarySketches | None, columns: Sequence[str], live: pa.Table) -> list[str]:
+    """The ``columns`` whose sketch must be built from the table (see above); none of an empty table."""
+    table_rows = int(np.nansum(live["rows"].to_numpy(zero_copy_only=False).astype(np.float64)))
+    if not table_rows:
+        return []
+    if sketches is None:
+        return list(columns)
+    return [c for c in columns
+            if c not in sketches.sketches or (c not in sketches.from_table and 2 * sketches.rows(c) < table_rows)]
+
+
+def sample_files(live: pa.Table, version: int, rows: int = SAMPLE_ROWS) -> pa.Table:
+    """Live files in an order fixed by ``version``, as many as hold at least ``rows`` rows (all of
+    them when the table has fewer)."""
+    order = np.random.default_rng(version).permutation(live.num_rows)
+    shuffled = live.take(pa.array(order, pa.int64()))
+    counts = np.nan_to_num(shuffled["rows"].to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0)
+    enough = np.flatnonzero(np.cumsum(counts) >= rows)
+    return shuffled if not len(enough) else shuffled.slice(0, int(enough[0]) + 1)
+
+
+def read_columns(table: LakeTable, paths: Sequence[str], columns: Sequence[ColumnSpec]) -> pa.Table:
+    """``columns`` of the data files at ``paths`` (relative to the table), in their declared types."""
+    fs, root = filesystem(table.uri, table.storage)
+    parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    dataset = pds.dataset([data_file(root, p) for p in paths], schema=arrow_schema(tuple(columns)), format=parquet,
+                          filesystem=fs)  # fmt: skip
+    return dataset.to_table(columns=[c.name for c in columns], use_threads=True)
+
+
+def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int,
+                  missing: Sequence[ColumnSpec]) -> BoundarySketches:  # fmt: skip
+    """Sketch ``missing`` from a sample of the ``live`` files at ``version``, store them with the
+    configured stream's sketches, and return that stored version.
+
+    Raises:
+        SketchStoreError: the stream's sketch file could not be read or written.
+    """
+    chosen = sample_files(live, version)
+    rows = read_columns(table, chosen["path"].to_pylist(), missing)
+    sk = config.sketches
+    built = BoundarySketches.empty(missing, k=sk.k, max_string_chars=sk.max_string_chars)
+    for c in missing:
+        built.sketches[c.name].update(rows[c.name])
+    store = table.sketches(table.stream_id)
+    stored = store.latest() or BoundarySketches({})
+    for name, sketch in built.sketches.items():
+        partial = stored.sketches.get(name)  # the stream's sketch of its newest rows only, if any
+        if partial is not None and partial.kind == sketch.kind:
+            sketch.merge(partial)
+        stored.sketches[name] = sketch
+        stored.from_table[name] = version
+    stored.delta_version = max(stored.delta_version, version)
+    name = store.write(stored, retain=sk.retain_versions)
+    size = int(np.nansum(chosen["size"].to_numpy(zero_copy_only=False)))
+    log.warning(
+        "boundary sketches for %s built from the table: %d rows of %d of its %d files (%s, version %d); stored as "
+        "%s/%s beside the stream's (the stream merges its batches into them once it runs with these columns)",
+        ", ".join(c.name for c in missing), rows.num_rows, chosen.num_rows, live.num_rows, human_bytes(size),
+        version, store.directory, name,
+    )  # fmt: skip
+    return stored
