@@ -11,10 +11,11 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakecluster import jars, progress
+from lakecluster import faults, jars, progress
 from lakecluster.class_archive import ClassArchive, chosen_by_user, keep_at_exit
 from lakecluster.config import SparkConfig, StorageConfig
 from lakecluster.schema import ColumnSpec, spark_ddl
@@ -178,21 +179,40 @@ def _drain(fd: int, level: int) -> None:
 
 
 def _start_outside_signals(start: Callable[[], SparkSession]) -> SparkSession:
-    """Start the JVM with SIGTERM ignored, and keep the process's own SIGINT handler.
+    """Start the JVM ignoring SIGTERM, while this process keeps its own SIGTERM and SIGINT handlers.
 
     systemd (KillMode=control-group), `timeout` and `kill -- -pgid` signal the whole process
     group. A JVM that died with it would turn the graceful stop of the driver (finish the batch,
-    stop the query) into a crash; the JVM inherits the ignored disposition and keeps it (PySpark
-    does the same for SIGINT), and the driver, which owns the shutdown, stops it. SparkContext
-    also replaces SIGINT with a handler that cancels jobs and raises KeyboardInterrupt, which
-    would bypass the "finish the current batch" handler the CLI installs.
+    stop the query) into a crash; so the JVM starts with SIGTERM ignored, a disposition that
+    survives exec (PySpark does the same for SIGINT), and the driver, which owns the shutdown,
+    stops it. The disposition is set in the child between fork and exec only: were it set in this
+    process for the seconds the start takes, a stop arriving meanwhile would be dropped, and the
+    service would run on as if it had never been asked to stop. SparkContext also replaces SIGINT
+    with a handler that cancels jobs and raises KeyboardInterrupt, which would bypass the "finish
+    the current batch" handler the CLI installs: the process's own is put back.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return start()
-    previous_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    previous_int = signal.getsignal(signal.SIGINT)
+    import pyspark.java_gateway as gateway
+
+    launch = gateway.Popen
+
+    def launch_ignoring_sigterm(*args: Any, **kwargs: Any) -> Any:
+        theirs = kwargs.get("preexec_fn")
+
+        def in_the_child() -> None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if theirs is not None:
+                theirs()
+
+        kwargs["preexec_fn"] = in_the_child
+        return launch(*args, **kwargs)
+
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous_int = signal.getsignal(signal.SIGINT) if on_main_thread else None
+    gateway.Popen = launch_ignoring_sigterm  # type: ignore[misc,assignment]
     try:
+        faults.pause_point("spark_start")
         return start()
     finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, previous_int)
+        gateway.Popen = launch  # type: ignore[misc]
+        if on_main_thread:
+            signal.signal(signal.SIGINT, previous_int)

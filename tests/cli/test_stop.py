@@ -9,6 +9,7 @@ running signal handlers there. Neither run starts a JVM (the pauses come before 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -82,3 +83,51 @@ def test_a_stop_before_a_rewrite_commits_ends_the_compactor_within_its_bound_and
     assert row_multiset(read_delta(table)) == before
     written = {p.name for p in table.glob("*.parquet")} - referenced
     assert written, "the rewrite wrote no files before the pause"  # left for vacuum, referenced by no version
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_stop_while_spark_starts_is_not_dropped(tmp_path: Path) -> None:
+    """SIGTERM to the whole group (systemd, `timeout`) while Spark starts (held there by a test pause
+    of 3 s): the JVM ignores it (the driver stops it), but the driver must not drop it: the stream
+    stops within its bound, and no process outlives it."""
+    proc = subprocess.Popen(
+        lakecluster_cmd("--set=metrics.port=0", f"--set=stream.stop_timeout_s={STOP_TIMEOUT_S}", "stream"),
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=subprocess_env(LAKECLUSTER_TEST_PAUSE_AT="spark_start:3"), start_new_session=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if not line or "test pause of 3 s at spark_start" in line:
+                break
+        assert lines and "spark_start" in lines[-1], "".join(lines)[-3000:]
+        time.sleep(0.5)  # the line comes just before the pause itself
+        os.killpg(proc.pid, signal.SIGTERM)
+        signalled = time.monotonic()
+        try:
+            rest = proc.communicate(timeout=STOP_TIMEOUT_S + MARGIN_S + 30)[1]
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the stop was dropped: still running\n" + "".join(lines)[-3000:]) from None
+        took, err = time.monotonic() - signalled, "".join(lines) + rest
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert took < STOP_TIMEOUT_S + MARGIN_S + 5, f"the stop took {took:.1f} s\n{err[-3000:]}"
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    deadline = time.monotonic() + 30
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _group_alive(proc.pid), "the JVM or a Python worker outlived the driver"
