@@ -162,16 +162,18 @@ def read_delta(path: str | Path):  # type: ignore[no-untyped-def]
     return DeltaTable(str(path)).to_pyarrow_table()
 
 
-def duckdb_connection():  # type: ignore[no-untyped-def]
-    """DuckDB with its delta extension loaded from the duckdb-ext-delta wheel (no download)."""
+def duckdb_connection(*extra: str):  # type: ignore[no-untyped-def]
+    """DuckDB with its delta extension (and the ``extra`` ones, such as ``httpfs`` for S3) loaded
+    from their duckdb-ext-* wheels (no download)."""
     import duckdb
     import duckdb_ext
 
     base = next(iter(duckdb_ext.__path__))
-    ext = glob.glob(os.path.join(base, "extensions", f"v{duckdb.__version__}", "*", "delta.duckdb_extension"))
-    assert ext, f"delta extension for duckdb {duckdb.__version__} not found under {base}"
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    con.execute(f"LOAD '{ext[0]}'")
+    for name in ("delta", *extra):
+        ext = glob.glob(os.path.join(base, "extensions", f"v{duckdb.__version__}", "*", f"{name}.duckdb_extension"))
+        assert ext, f"{name} extension for duckdb {duckdb.__version__} not found under {base}"
+        con.execute(f"LOAD '{ext[0]}'")
     return con
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -34,6 +35,7 @@ from lakecluster.index.spec import IndexSpec
 from lakecluster.index.stats import from_add_actions
 from lakecluster.index.store import IndexStore, Manifest
 from lakecluster.index.sync import rebuild, store_for, sync
+from lakecluster.storage import delta_options
 from lakecluster.table import LakeTable
 from tests.index.oracle import split_rows
 
@@ -97,25 +99,28 @@ def new_table(tmp_path: Path, commits: int = 6, **spec_changes: Any) -> tuple[Pa
     return table, spec
 
 
-def live_files(table: Path, version: int) -> set[str]:
-    return set(pa.table(DeltaTable(str(table), version=version).get_add_actions(flatten=True))["path"].to_pylist())
+def live_files(table: Path | str, version: int, storage_options: dict[str, str] | None = None) -> set[str]:
+    snapshot = DeltaTable(str(table), version=version, storage_options=storage_options)
+    return set(pa.table(snapshot.get_add_actions(flatten=True))["path"].to_pylist())
 
 
-def problems(spec: IndexSpec, table: Path) -> list[str]:
+def problems(spec: IndexSpec, table: Path | str) -> list[str]:
     """What is wrong with the index now: files its manifest names that are gone, rows that are not
-    exactly the live files of the table version it reports, or a failure to read it."""
+    exactly the live files of the table version it reports, or a failure to read it. The table and
+    its index may be local or on S3 (the storage settings of ``spec.table``)."""
     store = store_for(spec)
     try:
         manifest = store.manifest()
         if manifest is None:
             return ["no manifest"]
-        missing = [f for f in manifest.files if not Path(spec.index_path, f).exists()]
+        found = store.fs.get_file_info([f"{store.root}/{f}" for f in manifest.files])
+        missing = [f for f, info in zip(manifest.files, found, strict=True) if info.type == pafs.FileType.NotFound]
         if missing:
             return [f"version {manifest.delta_version}: manifest names missing file(s) {missing}"]
         indexed = set(store.read_all()["file"].to_pylist())  # the manifest just read: the store holds it
     except (StatsIndexError, OSError) as e:
         return [f"index unreadable: {e!r}"]
-    expected = live_files(table, manifest.delta_version)
+    expected = live_files(table, manifest.delta_version, delta_options(str(table), spec.table.storage))
     if indexed != expected:
         return [f"version {manifest.delta_version}: index rows of {len(indexed)} files, log has {len(expected)}; "
                 f"extra {sorted(indexed - expected)[:3]}, lacking {sorted(expected - indexed)[:3]}"]  # fmt: skip
