@@ -56,6 +56,21 @@ class Prometheus:
         self.process.wait(timeout=30)
 
 
+def rules_held_for(source: Path, workdir: Path, hold: str) -> Path:
+    """A copy of the rule file ``source`` in ``workdir`` with every alert's ``for`` set to ``hold``,
+    so that a live test sees "fires" in seconds (the real durations have promtool unit tests)."""
+    import yaml
+
+    rules = yaml.safe_load(source.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = hold
+    held = workdir / source.name
+    held.write_text(yaml.safe_dump(rules))
+    return held
+
+
 def start_prometheus(workdir: Path, timeout_s: float = 60, config_text: str | None = None,
                      args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Prometheus:  # fmt: skip
     """A Prometheus scraping 127.0.0.1:<target_port> every second as job ``lakecluster``, or

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import IO
 
@@ -16,16 +15,9 @@ import pytest
 
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import filled_for_subprocesses
+from tests.services.process import group_gone_within
 
 pytestmark = pytest.mark.integration
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _compact_until(args: list[str], done: str, stream: str, *, ctrl_c: bool = False) -> tuple[str, str]:
@@ -68,10 +60,7 @@ def _compact_until(args: list[str], done: str, stream: str, *, ctrl_c: bool = Fa
     assert seen.is_set(), f"no {done!r} on {stream}: " + (out + err)[-3000:]
     assert proc.returncode == 0, f"exit {proc.returncode}: " + (out + err)[-3000:]
     assert "Traceback" not in out + err, err[-3000:]
-    deadline = time.monotonic() + 30
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _group_alive(proc.pid), "the JVM or a Python worker outlived the driver"
+    assert group_gone_within(proc.pid, 30), "the JVM or a Python worker outlived the driver"
     return out, err
 
 

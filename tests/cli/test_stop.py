@@ -22,10 +22,25 @@ from lakecluster.shutdown import MARGIN_S
 from tests.cli.conftest import write_ssb_table
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.generated_tables import filled_for_subprocesses, row_multiset
+from tests.services.process import group_gone_within
 
 pytestmark = pytest.mark.integration
 
 STOP_TIMEOUT_S = 1.0  # the services' own timeout, short to keep the test short; the margin is the product's
+
+
+def _stderr_until(proc: subprocess.Popen[str], text: str) -> list[str]:
+    """The lines ``proc`` writes to stderr up to the first holding ``text`` (within 120 s)."""
+    assert proc.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if not line or text in line:
+            break
+    assert lines and text in lines[-1], "".join(lines)[-3000:]
+    return lines
 
 
 def _paused_then_stopped(args: list[str], pause_at: str, cwd: Path, how: str = "") -> tuple[float, int, str]:
@@ -37,16 +52,9 @@ def _paused_then_stopped(args: list[str], pause_at: str, cwd: Path, how: str = "
         cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=subprocess_env(LAKECLUSTER_TEST_PAUSE_AT=f"{pause_at}:600{how}"),
     )  # fmt: skip
-    assert proc.stderr is not None
-    lines = []
+    lines: list[str] = []
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if not line or f"test pause of 600 s at {pause_at}" in line:
-                break
-        assert lines and pause_at in lines[-1], "".join(lines)[-3000:]
+        lines = _stderr_until(proc, f"test pause of 600 s at {pause_at}")
         time.sleep(1)  # the line comes just before the pause itself
         proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
@@ -85,14 +93,6 @@ def test_a_stop_before_a_rewrite_commits_ends_the_compactor_within_its_bound_and
     assert written, "the rewrite wrote no files before the pause"  # left for vacuum, referenced by no version
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_stop_while_spark_starts_is_not_dropped(tmp_path: Path) -> None:
     """SIGTERM to the whole group (systemd, `timeout`) while Spark starts (held there by a test pause
     of 3 s): the JVM ignores it (the driver stops it), but the driver must not drop it: the stream
@@ -102,16 +102,9 @@ def test_a_stop_while_spark_starts_is_not_dropped(tmp_path: Path) -> None:
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=subprocess_env(LAKECLUSTER_TEST_PAUSE_AT="spark_start:3"), start_new_session=True,
     )  # fmt: skip
-    assert proc.stderr is not None
-    lines = []
+    lines: list[str] = []
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if not line or "test pause of 3 s at spark_start" in line:
-                break
-        assert lines and "spark_start" in lines[-1], "".join(lines)[-3000:]
+        lines = _stderr_until(proc, "test pause of 3 s at spark_start")
         time.sleep(0.5)  # the line comes just before the pause itself
         os.killpg(proc.pid, signal.SIGTERM)
         signalled = time.monotonic()
@@ -127,7 +120,4 @@ def test_a_stop_while_spark_starts_is_not_dropped(tmp_path: Path) -> None:
     assert took < STOP_TIMEOUT_S + MARGIN_S + 5, f"the stop took {took:.1f} s\n{err[-3000:]}"
     assert proc.returncode == 0, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    deadline = time.monotonic() + 30
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _group_alive(proc.pid), "the JVM or a Python worker outlived the driver"
+    assert group_gone_within(proc.pid, 30), "the JVM or a Python worker outlived the driver"

@@ -18,16 +18,9 @@ from tests.cli.conftest import run_cli, tree
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker
 from tests.services.ports import free_port
+from tests.services.process import group_gone_within
 
 pytestmark = pytest.mark.integration
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 # How the stop arrives here: as systemd (KillMode=control-group) and `timeout` send it, to every
@@ -59,10 +52,7 @@ def test_stream_with_defaults_runs_the_generator_and_a_stop_signal_stops_cleanly
     assert all(w in batch_lines[0] for w in ("rows", "rows/s", "files", "quarantined"))
     assert "stopped after" in output
     assert "Traceback" not in output
-    deadline = time.monotonic() + 30
-    while group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not group_alive(proc.pid), "the JVM or a Python worker outlived the driver"
+    assert group_gone_within(proc.pid, 30), "the JVM or a Python worker outlived the driver"
 
     path = tmp_path / "lakecluster-data" / "lineorder"  # the default table.path, relative to the cwd
     keys = sorted(read_delta(path).column("lo_orderkey").to_pylist())

@@ -33,7 +33,7 @@ from lakecluster.table import LakeTable
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.docker.compose import DOCKER
 from tests.generated_tables import SMALL
-from tests.prometheus import Prometheus, start_prometheus
+from tests.prometheus import Prometheus, rules_held_for, start_prometheus
 from tests.services.alertmanager import Alertmanager, WebhookReceiver
 from tests.services.ports import free_port, is_listening
 from tests.services.s3 import READER_KEY, READER_SECRET, S3Server
@@ -56,13 +56,7 @@ def _prometheus_config(workdir: Path, ports: dict[str, int], alertmanager: str) 
     for manager in config["alerting"]["alertmanagers"]:
         for static in manager["static_configs"]:
             static["targets"] = [alertmanager]
-    rules = yaml.safe_load((DOCKER / "prometheus" / "alerts.yml").read_text())
-    for group in rules["groups"]:
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = HOLD
-    (workdir / "alerts.yml").write_text(yaml.safe_dump(rules))
-    config["rule_files"] = [str(workdir / "alerts.yml")]
+    config["rule_files"] = [str(rules_held_for(DOCKER / "prometheus" / "alerts.yml", workdir, HOLD))]
     return yaml.safe_dump(config)
 
 

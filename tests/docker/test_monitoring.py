@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL
-from tests.prometheus import Prometheus, start_prometheus
+from tests.prometheus import Prometheus, rules_held_for, start_prometheus
 from tests.services.kafka import KafkaBroker
 from tests.services.ports import free_port
 
@@ -46,13 +46,7 @@ def _prometheus_config(workdir: Path, ports: dict[str, int]) -> str:
     for job in config["scrape_configs"]:
         for static in job["static_configs"]:
             static["targets"] = [f"127.0.0.1:{ports[static['labels']['role']]}"]
-    rules = yaml.safe_load((DOCKER / "prometheus" / "alerts.yml").read_text())
-    for group in rules["groups"]:
-        for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = HOLD
-    (workdir / "alerts.yml").write_text(yaml.safe_dump(rules))
-    config["rule_files"] = [str(workdir / "alerts.yml")]
+    config["rule_files"] = [str(rules_held_for(DOCKER / "prometheus" / "alerts.yml", workdir, HOLD))]
     return yaml.safe_dump(config)
 
 

@@ -103,3 +103,21 @@ def _stopped(process: subprocess.Popen[bytes]) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group ``pgid`` still runs."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_gone_within(pgid: int, timeout_s: float) -> bool:
+    """Waits up to ``timeout_s`` for every process of the group ``pgid`` (a driver, its JVM, its
+    Python workers) to exit; returns whether they all did."""
+    deadline = time.monotonic() + timeout_s
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not group_alive(pgid)

@@ -18,6 +18,7 @@ from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable
 from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker as Broker
+from tests.services.process import group_alive
 from tests.stream import kafka_records as kr
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ def test_crash_and_restart_is_exactly_once(spark, broker: Broker, tmp_path: Path
         proc = subprocess.Popen(lakecluster_cmd("--config", str(cfg), "stream", "--available-now"), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
         assert proc.wait(timeout=300) == 137, (tmp_path / "first.log").read_text()[-3000:]
-        os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
+        os.killpg(proc.pid, signal.SIGKILL) if group_alive(proc.pid) else None
     log.close()
     if crash.endswith("+lost-checkpoint"):
         shutil.rmtree(LakeTable(load_config(cfg)).paths.checkpoint)
@@ -84,11 +85,3 @@ def test_crash_and_restart_is_exactly_once(spark, broker: Broker, tmp_path: Path
     assert sketches is not None
     city = sketches.sketches["city"]
     assert city.n + city.nulls == len(kr.expected_rows(records))
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
