@@ -256,9 +256,7 @@ class Compactor:
         the_plan = plan_live(files, version, self.spec.partition_by, self.config.compaction)
         if not self.full:
             return the_plan
-        if self._pending is None:
-            self._pending = off_layout(files, self.fingerprint)
-        return with_relayout(the_plan, files, self._pending, self.fingerprint, self.spec.partition_by,
+        return with_relayout(the_plan, files, self._pass(files), self.fingerprint, self.spec.partition_by,
                              self.config.compaction)  # fmt: skip
 
     def in_scope(self) -> tuple[int, pa.Table]:
@@ -268,12 +266,17 @@ class Compactor:
             files = files.filter(pc.is_in(files["path"], value_set=pa.array(list(self.scope()), pa.string())))
         return version, files
 
+    def _pass(self, files: pa.Table) -> pa.Array:
+        """``--full``: the files off the current layout when the pass started (taken from ``files``
+        the first time)."""
+        if self._pending is None:
+            self._pending = off_layout(files, self.fingerprint)
+        return self._pending
+
     def relayout_left(self) -> tuple[int, int]:
         """``--full``: (files, bytes) of the pass still off the current layout."""
         _, files = self.in_scope()
-        if self._pending is None:
-            self._pending = off_layout(files, self.fingerprint)
-        left = still_pending(files, self._pending, self.fingerprint)
+        left = still_pending(files, self._pass(files), self.fingerprint)
         return left.num_rows, int(pc.sum(left["size"]).as_py() or 0)
 
     def sync_index(self) -> None:
