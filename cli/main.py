@@ -228,6 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.print_help(sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kafka-python (start-up checks, admin, lag) warns about its own event loop, reconnects and slow
+    # polls on a busy machine; what matters to the user reaches them as lakecluster's errors.
+    debugging = args.debug or args.log_level == "DEBUG"
+    logging.getLogger("kafka").setLevel(logging.NOTSET if debugging else logging.ERROR)
     if args.log_format == "json":
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 0.5  # well within a scrape timeout (Prometheus's default is 10 s; the tests use 0.9 s)
 READER_THREAD = "jvm-metrics"
+STUCK_AFTER_S = 30.0  # a read running this long is reported once as stuck
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class JvmCollector:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._reader: threading.Thread | None = None
+        self._reader_started = 0.0
+        self._stuck_reported = False
         if registry is not None:
             registry.register(self)
 
@@ -135,9 +139,16 @@ class JvmCollector:
 
         with self._lock:
             if self._reader is not None and self._reader.is_alive():
-                log.debug("the previous read of the driver JVM's metrics is still running")
+                running_s = time.monotonic() - self._reader_started
+                if running_s > STUCK_AFTER_S and not self._stuck_reported:
+                    self._stuck_reported = True
+                    log.warning("a read of the driver JVM's metrics has not returned for %.0f s: no JVM metrics "
+                                "until it does (a JVM stuck in GC or a broken py4j gateway)", running_s)  # fmt: skip
+                else:
+                    log.debug("the previous read of the driver JVM's metrics is still running")
                 return None
             self._reader = threading.Thread(target=run, name=READER_THREAD, daemon=True)
+            self._reader_started, self._stuck_reported = time.monotonic(), False
             self._reader.start()
         if not done.wait(self.timeout_s):
             log.warning("the driver JVM did not answer within %.1f s: its metrics are left out of this scrape",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -61,3 +62,21 @@ def test_json_log_format_writes_one_parseable_object_per_line() -> None:
     data = json.loads(line)
     assert data["level"] == "WARNING" and data["logger"] == "lakecluster.x" and data["message"] == "round failed: boom"
     assert "ValueError: disk on fire" in data["exception"] and data["time"].endswith("+00:00")
+
+
+@pytest.mark.parametrize(("flags", "shown"), [([], False), (["--debug"], True), (["--log-level", "DEBUG"], True)])
+def test_kafka_pythons_own_warnings_reach_the_user_only_when_debugging(
+    flags: list[str], shown: bool, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # kafka-python (start-up checks, lag) warns about its event loop on a busy machine; a user's
+    # stderr is for lakecluster's own lines.
+    kafka_logger = logging.getLogger("kafka")
+    level = kafka_logger.level
+    try:
+        assert main([*flags, "config"]) == 0
+        with caplog.at_level(logging.DEBUG):
+            logging.getLogger("kafka.net.selector").warning("Task ran for 0.131s (>0.100s threshold)")
+        assert any("threshold" in r.getMessage() for r in caplog.records) is shown
+    finally:
+        kafka_logger.setLevel(level)
+    capsys.readouterr()

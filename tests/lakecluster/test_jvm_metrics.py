@@ -6,9 +6,14 @@ series labelled with the table."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+
+import pytest
 
 from tests.conftest import subprocess_env
 
@@ -104,3 +109,25 @@ def test_jvm_metrics_follow_the_driver_jvm_and_never_hold_a_scrape() -> None:
     for phase in ("before", "running", "stopped"):
         unlabelled = {n for n, lab, _ in seen[phase]["samples"] if lab.get("table") != "lineorder"}
         assert not unlabelled, f"{phase}: series without table=lineorder: {sorted(unlabelled)}"
+
+
+def test_a_read_that_never_returns_is_reported_once_as_stuck(monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    # A JVM that never answers cannot be made on demand: the read blocks on an event instead.
+    from lakecluster import jvm_metrics
+
+    answer = threading.Event()
+    monkeypatch.setattr(jvm_metrics, "_driver_jvm", lambda: object())
+    monkeypatch.setattr(jvm_metrics, "read_jvm", lambda jvm: answer.wait(30))
+    monkeypatch.setattr(jvm_metrics, "STUCK_AFTER_S", 0.2)
+    collector = jvm_metrics.JvmCollector(timeout_s=0.05)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="lakecluster.jvm_metrics"):
+            assert collector.read() is None  # times out
+            assert collector.read() is None  # still running, not yet stuck
+            time.sleep(0.3)
+            assert collector.read() is None and collector.read() is None
+        stuck = [r for r in caplog.records if "has not returned for" in r.getMessage()]
+        assert len(stuck) == 1 and stuck[0].levelno == logging.WARNING
+    finally:
+        answer.set()
