@@ -29,6 +29,7 @@ from bench.ingest import json_records, pipeline, write_section  # noqa: E402
 from tests.services.kafka import KafkaBroker  # noqa: E402 - the launcher the tests use
 
 PARTITIONS = 4
+GOAL_OVER_TRIGGER_S = 3  # issue 23: p99 at most the trigger interval + 3 s
 
 
 def produce_at_rate(bootstrap: str, topic: str, values: list[bytes], rate: float, seconds: float,
@@ -102,7 +103,7 @@ def plot(reports: list, since: float, goal_s: float, path: Path) -> None:  # typ
     gx0, gy = px(0, goal_s)
     body.append(f'<line x1="{gx0}" y1="{gy:.1f}" x2="{width - 10}" y2="{gy:.1f}" stroke="#e45756" '
                 f'stroke-dasharray="4 3"/><text x="{width - 12}" y="{gy - 4:.1f}" font-size="11" fill="#e45756" '
-                f'text-anchor="end">goal for p99: trigger + 5 s = {goal_s:g} s</text>')  # fmt: skip
+                f'text-anchor="end">goal for p99: trigger + {GOAL_OVER_TRIGGER_S} s = {goal_s:g} s</text>')  # fmt: skip
     for x, y, n in points:
         cx, cy = px(x, y)
         body.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{1.5 + 4 * (n / n_max) ** 0.5:.1f}" fill="#4c78a8" '
@@ -173,7 +174,9 @@ def main() -> None:
         raise SystemExit("no record was committed during the run: nothing to measure")
     pct = {q: weighted_percentile(delay, weight, q) for q in (50, 90, 99, 100)}
     batches = [r for r in reports if r.rows]
-    goal = trigger_s + 5
+    # A record waits for the next trigger (up to the interval), then for its batch to commit.
+    batch_s = (float(np.median([r.seconds for r in batches])), max(r.seconds for r in batches)) if batches else (0, 0)
+    goal = trigger_s + GOAL_OVER_TRIGGER_S
     if not args.no_write:
         plot(reports, int(since), goal, REPO / "docs" / "img" / "freshness.svg")
     command = f"python bench/freshness.py --seconds {args.seconds:g}" + (f" --rate {args.rate:g}" if args.rate else "")
@@ -188,9 +191,11 @@ def main() -> None:
         + f", `lakecluster stream` with `stream.trigger_interval_s = {trigger_s:g}` and sketches on, Spark "
         "local[2]; the producer shares the 2 cores. Delay: a batch's commit time minus each record's Kafka "
         "timestamp (its send time), per second of timestamps (± 0.5 s).\n\n"
-        "| records | batches | rows per batch | p50 delay | p90 | p99 | max | goal p99 ≤ trigger + 5 s |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---|\n"
+        f"| records | batches | rows per batch | batch s p50 / max | p50 delay | p90 | p99 | max "
+        f"| goal p99 ≤ trigger + {GOAL_OVER_TRIGGER_S} s |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
         f"| {committed:,} of {produced:,} | {len(batches)} | {committed / max(1, len(batches)):,.0f} | "
+        f"{batch_s[0]:.1f} / {batch_s[1]:.1f} | "
         f"{pct[50]:.1f} s | {pct[90]:.1f} s | {pct[99]:.1f} s | {pct[100]:.1f} s | "
         f"{'met' if pct[99] <= goal else 'not met'} ({goal:g} s) |\n"
         + ("" if args.no_write else "\n![delay per second of records](img/freshness.svg)\n")
