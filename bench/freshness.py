@@ -201,6 +201,8 @@ def main() -> None:
         + ("" if args.no_write else "\n![delay per second of records](img/freshness.svg)\n")
     )
     print(section)
+    print("batches (table version: rows, seconds): " + ", ".join(f"{r.table_version}: {r.rows:,}, {r.seconds:.1f}"
+                                                                   for r in batches))  # fmt: skip
     if not args.no_write:
         write_section(REPO / "docs" / "benchmarks.md", "## Freshness", section)
 

@@ -35,6 +35,8 @@ from lakecluster.table import DeltaLocation, LogGap, user_metadata
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lakecluster.checkpoints import BackgroundCheckpoints
+
 log = logging.getLogger(__name__)
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
@@ -139,8 +141,11 @@ class CommitPlan(Protocol):
         ...
 
 
-def commit(spark: SparkSession, plan: CommitPlan) -> Committed:
+def commit(spark: SparkSession, plan: CommitPlan, *, checkpoints: BackgroundCheckpoints | None = None) -> Committed:
     """Make ``plan``'s commit once, following the protocol above.
+
+    With ``checkpoints``, a Delta checkpoint the commit is due is written by them, beside the
+    caller, instead of inside the commit call (``lakecluster/checkpoints.py``).
 
     Returns:
         The committed version (or ``None``: the precheck found it made before).
@@ -155,12 +160,16 @@ def commit(spark: SparkSession, plan: CommitPlan) -> Committed:
     txn = Transaction(jvm, delta_log.startTransaction())
     if not plan.precheck(txn):
         return Committed(None)
+    detached = checkpoints is not None and checkpoints.detach_hook(txn.txn)
     lines = plan.actions(int(time.time() * 1000))
     delta_txn.register_metrics(spark, txn.txn, plan.metrics())
     with _user_metadata(spark, user_metadata(**dict(plan.metadata()))):
         try:
             version = int(txn.txn.commit(delta_txn.actions(jvm, lines), plan.operation(jvm),
                                          delta_txn.scala_map(jvm, {})))  # fmt: skip
+            if detached:
+                assert checkpoints is not None
+                checkpoints.committed(delta_log, txn.txn, plan.location.uri, version)
             # The commit landed but its answer may not reach us (a connection reset): tests fail here.
             fail_point(plan.fail_point)
             return Committed(version)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakecluster import delta_txn
+from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.commit import Committed, Transaction, commit
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.table import DeltaLocation
@@ -129,14 +130,16 @@ class Appended:
 
 
 def commit_append(spark: SparkSession, target: AppendTarget, files: Sequence[WrittenFile], *, app_id: str,
-                  txn_version: int, details: Mapping[str, Any]) -> Appended:  # fmt: skip
+                  txn_version: int, details: Mapping[str, Any],
+                  checkpoints: BackgroundCheckpoints | None = None) -> Appended:  # fmt: skip
     """Append ``files`` with the app transaction ``(app_id, txn_version)``, once.
 
     Raises:
         AppendBlocked: the table needs Delta's own writer; nothing was committed.
         TableError: the commit failed (nothing was committed, or the log could not tell).
     """
-    committed: Committed = commit(spark, AppendCommit(target, files, app_id, txn_version, details))
+    committed: Committed = commit(spark, AppendCommit(target, files, app_id, txn_version, details),
+                                  checkpoints=checkpoints)  # fmt: skip
     if committed.version is None:
         return Appended(None, 0, 0)
     return Appended(committed.version, len(files), sum(f.size for f in files))

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from lakecluster import metrics, progress, shutdown
+from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.config import Config
 from lakecluster.errors import FatalServiceError, LakeclusterError
 from lakecluster.health import HEALTH
@@ -132,6 +133,7 @@ class StreamJob:
         self.on_batch = on_batch
         self._gate = _StopGate()
         self._spark = spark
+        self._checkpoints: BackgroundCheckpoints | None = None
         self.reports: list[BatchReport] = []
         self.restarts = 0
         # Called once the tables exist and the query runs (``lakecluster run`` starts its compactor).
@@ -203,11 +205,14 @@ class StreamJob:
             lease = Lease.acquire(table.paths.lease(), f"stream {table.stream_id} into {table.uri}",
                                   storage=table.storage)  # fmt: skip
         source.start(table)
+        # A checkpoint a commit is due is written beside the next micro-batch, not before it starts.
+        self._checkpoints = BackgroundCheckpoints(spark, name="stream-delta-checkpoints")
         try:
             # Also at a forced exit (shutdown.py): a restart need not wait for the lease to expire.
             with shutdown.released_on_forced_exit(lease.release):
                 self._supervise(spark, lease)
         finally:
+            self._checkpoints.close(self.config.stream.stop_timeout_s)
             source.stop()
             lease.release()
         return self.reports
@@ -223,7 +228,8 @@ class StreamJob:
         table, source = self.table, self.source
         start = resume.prepare(table, quarantine=source.quarantines, configured_offsets=source.configured_offsets(),
                                complete_offsets=source.resume_offsets())  # fmt: skip
-        sink = StreamSink(table, source, spark, start, on_batch=self._record, after_commit=self._after_commit())
+        sink = StreamSink(table, source, spark, start, on_batch=self._record, after_commit=self._after_commit(),
+                          checkpoints=self._checkpoints)  # fmt: skip
         writer = (
             source.frame(spark, start.starting_offsets if start.resumed_from == "table" else None)
             .writeStream.foreachBatch(self._handle_batch(sink))

@@ -28,6 +28,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.faults import crash_point
 from lakecluster.layout import ClusteringLayout
 from lakecluster.sketches import ColumnSketch
@@ -102,6 +103,7 @@ class StreamSink:
         *,
         on_batch: Callable[[BatchReport], None] | None = None,
         after_commit: Callable[[], object] | None = None,
+        checkpoints: BackgroundCheckpoints | None = None,
     ) -> None:
         self.table = table
         self.config = config = table.config
@@ -109,6 +111,7 @@ class StreamSink:
         self.start = start
         self.on_batch = on_batch
         self.after_commit = after_commit  # after a batch committed rows (``index.sync_after_stream``)
+        self.checkpoints = checkpoints  # Delta checkpoints the commits are due, written beside the batches
         t = config.table
         self.spec = table.spec
         self.source = source
@@ -267,12 +270,12 @@ class StreamSink:
                        commit_started_ms=int(time.time() * 1000))  # fmt: skip
         if quarantine_files and not done.quarantine:
             commit_append(self.spark, quarantine_target, quarantine_files, app_id=self.start.stream_id,
-                          txn_version=txn, details=meta)  # fmt: skip
+                          txn_version=txn, details=meta, checkpoints=self.checkpoints)  # fmt: skip
         crash_point(f"after_quarantine_commit:{batch_id}")
         written = (0, 0)
         if not done.table:
             appended = commit_append(self.spark, table_target, table_files, app_id=self.start.stream_id,
-                                     txn_version=txn, details=meta)  # fmt: skip
+                                     txn_version=txn, details=meta, checkpoints=self.checkpoints)  # fmt: skip
             written = (appended.files, appended.bytes)
         self.table_log.refresh()
         crash_point(f"after_table_commit:{batch_id}")

@@ -74,3 +74,41 @@ def test_readers_polling_the_log_never_open_a_checkpoint_half_written(spark, tmp
     assert len(seen) >= CHECKPOINTS, sorted(seen)
     assert loads, "delta-rs never read the table"
     assert failures == []
+
+
+def test_the_streams_due_checkpoint_is_written_beside_the_next_batch_not_inside_the_commit(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakecluster.config import load_config
+    from lakecluster.faults import PAUSE_ENV
+    from lakecluster.stream.job import StreamJob
+
+    # Every other commit is due a checkpoint; each checkpoint write is held for a while, so a batch
+    # that waited for its checkpoint would find it written when its commit call returns.
+    config = load_config(overrides={
+        "table.path": str(tmp_path / "t"), "table.partition_by": "[]", "source.generator.max_rows": "2000",
+        "source.generator.max_rows_per_trigger": "500", "stream.progress": "false",
+        "stream.trigger_interval_s": "0", "metrics.port": "0",
+    }, environ={})  # fmt: skip
+    table = Path(config.table.path)
+    from lakecluster.table import LakeTable, create_table
+
+    create_table(spark, LakeTable(config).delta, LakeTable(config).spec, properties={"delta.checkpointInterval": "2"})
+    monkeypatch.setenv(PAUSE_ENV, "background_checkpoint:1.5")
+    at_commit: dict[int, bool] = {}
+
+    def seen(report) -> None:  # type: ignore[no-untyped-def]
+        # Called in the micro-batch, right after its commits: the checkpoint of its version is not there yet.
+        at_commit[report.table_version] = (table / "_delta_log" / f"{report.table_version:020d}.checkpoint.parquet"
+                                           ).exists()  # fmt: skip
+
+    reports = StreamJob(config, spark=spark, available_now=True, on_batch=seen).run()
+    due = [v for v in at_commit if v % 2 == 0]
+    assert due and not any(at_commit[v] for v in due), at_commit
+    # A clean stop leaves the checkpoints that were due (the newest at least: an older one still
+    # waiting is covered by it), whole, and every reader reads the table from them.
+    newest = max(due)
+    assert (table / "_delta_log" / f"{newest:020d}.checkpoint.parquet").exists()
+    assert json.loads((table / "_delta_log" / "_last_checkpoint").read_text())["version"] == newest
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == sum(r.rows for r in reports) == 2000
+    assert spark.read.format("delta").load(str(table)).count() == 2000
