@@ -13,6 +13,7 @@ draws docs/img/freshness.svg and rewrites the "Freshness" section of docs/benchm
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing as mp
 import sys
 import tempfile
@@ -165,7 +166,11 @@ def main() -> None:
         job.request_stop()
         runner.join(timeout=120)
         committed = sum(r.rows for r in job.reports)
-        reports = list(job.reports)
+        # A batch's rows are visible to every reader from the moment its commit file is in the log
+        # (the stream goes on with its own bookkeeping after that): its modification time.
+        log_dir = work / "live" / "_delta_log"
+        reports = [dataclasses.replace(r, committed_at=(log_dir / f"{r.table_version:020d}.json").stat().st_mtime)
+                   if r.rows else r for r in job.reports]  # fmt: skip
     broker.stop()
     broker_dir.cleanup()
 
@@ -189,8 +194,9 @@ def main() -> None:
            "included, so below bench/ingest.py's best-of-rounds rate: the load is at most half the capacity)"
            if not args.rate else "(given)")
         + f", `lakecluster stream` with `stream.trigger_interval_s = {trigger_s:g}` and sketches on, Spark "
-        "local[2]; the producer shares the 2 cores. Delay: a batch's commit time minus each record's Kafka "
-        "timestamp (its send time), per second of timestamps (± 0.5 s).\n\n"
+        "local[2]; the producer shares the 2 cores. Delay: from each record's Kafka "
+        "timestamp (its send time) to the moment its batch's commit file appeared in the table's log (its "
+        "modification time: from then on every reader sees the record), per second of timestamps (± 0.5 s).\n\n"
         f"| records | batches | rows per batch | batch s p50 / max | p50 delay | p90 | p99 | max "
         f"| goal p99 ≤ trigger + {GOAL_OVER_TRIGGER_S} s |\n"
         "|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"

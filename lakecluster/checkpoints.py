@@ -4,7 +4,9 @@ Delta writes a checkpoint every ``delta.checkpointInterval`` commits (10 by defa
 commit call, after the commit file landed: a post-commit hook (``CheckpointHook``) on the
 committing thread. The commit is visible before the checkpoint is written, but the writer waits
 for it: the stream's next micro-batch starts seconds late every tenth batch (a checkpoint of a
-small table took 2-6 s on 2 cores in bench/freshness.py, the freshness p99's whole tail).
+small table took 2-6 s on 2 cores in bench/freshness.py, the freshness p99's tail). (At those
+versions Delta's commit also computes the new snapshot's state for its commit statistics, a Spark
+job of about a second that stays in the commit.)
 
 A writer that hands its commits a :class:`BackgroundCheckpoints` takes the hook out of the
 transaction before committing (``postCommitHooks`` is the transaction's own list, filled when it
@@ -118,7 +120,11 @@ class BackgroundCheckpoints:
             if delta_log.checkpointExistsAtVersion(version):
                 return
             none = _scala_none(jvm)
-            snapshot = delta_log.getSnapshotAt(version, none, none, none, False)
+            # At a checkpoint version Delta's commit computed the new snapshot's state already (its
+            # commit statistics); checkpointing that same snapshot reads it from Spark's cache.
+            snapshot = delta_log.unsafeVolatileSnapshot()
+            if int(snapshot.version()) != version:
+                snapshot = delta_log.getSnapshotAt(version, none, none, none, False)
             delta_log.checkpoint(snapshot, none)
             self.written.append((uri, version))
             log.debug("checkpoint of %s at version %d written", uri, version)
