@@ -212,7 +212,10 @@ class StreamJob:
             with shutdown.released_on_forced_exit(lease.release):
                 self._supervise(spark, lease)
         finally:
-            self._checkpoints.close(self.config.stream.stop_timeout_s)
+            # A stop (a signal, a lost lease) does not wait long for it: a checkpoint left unwritten
+            # costs readers a longer replay, and the stop keeps its bound.
+            self._checkpoints.close(min(2.0, self.config.stream.stop_timeout_s) if self._gate.stopping
+                                    else self.config.stream.stop_timeout_s)  # fmt: skip
             source.stop()
             lease.release()
         return self.reports
