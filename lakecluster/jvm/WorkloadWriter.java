@@ -41,7 +41,7 @@ import org.slf4j.LoggerFactory;
  * second by this class's daemon thread), at the application's end and at JVM shutdown.
  *
  * <p>Bounds: at most {@code maxPendingBytes} buffered in the JVM and
- * {@code maxBytesPerTableDay} written per table and UTC day by one application; records beyond
+ * {@code maxBytesPerAppDay} written per table and UTC day by one application; records beyond
  * either are dropped (logged once). A failed write drops its
  * records (they are never retried: a table the application cannot write to costs nothing) and is
  * logged once per table. Deleting old files is the compactor's (docs/workload.md).
@@ -49,6 +49,7 @@ import org.slf4j.LoggerFactory;
 final class WorkloadWriter {
     static final String FOLDER = "_lakecluster/workload";
     static final String PREFIX = "spark.lakecluster.workload.";
+    static final int MAX_RECORD_CHARS = 64 << 10;  // a longer record (thousands of filters) is dropped
     private static final Logger LOG = LoggerFactory.getLogger("lakecluster.workload");
     private static final Set<String> WARNED = ConcurrentHashMap.newKeySet();
     private static volatile WorkloadWriter instance;
@@ -56,30 +57,29 @@ final class WorkloadWriter {
 
     /** The listener's settings (Spark conf keys under {@code spark.lakecluster.workload.}). */
     static final class Settings {
-        // Defaults: docs/configuration.md ("workload"); tests/lakecluster/test_workload_capture.py
-        // checks these against lakecluster's own configuration defaults.
+        // The defaults of lakecluster's [workload] keys (docs/configuration.md); a test compares them.
         static final long FLUSH_RECORDS = 1000;
-        static final long FLUSH_SECONDS = 300;
+        static final double FLUSH_SECONDS = 300;
         static final long MAX_IN_VALUES = 32;
         static final long MAX_FILE_BYTES = 1L << 20;
-        static final long MAX_BYTES_PER_TABLE_DAY = 16L << 20;
+        static final long MAX_BYTES_PER_APP_DAY = 16L << 20;
         static final long MAX_PENDING_BYTES = 8L << 20;
 
         final boolean enabled;
         final long flushRecords;
-        final long flushSeconds;
+        final long flushMillis;
         final int maxInValues;
         final long maxFileBytes;
-        final long maxBytesPerTableDay;
+        final long maxBytesPerAppDay;
         final long maxPendingBytes;
 
         Settings(SparkConf conf) {
             enabled = conf.getBoolean(PREFIX + "enabled", true);
             flushRecords = Math.max(1, conf.getLong(PREFIX + "flushRecords", FLUSH_RECORDS));
-            flushSeconds = Math.max(1, conf.getLong(PREFIX + "flushSeconds", FLUSH_SECONDS));
+            flushMillis = (long) Math.max(100, 1000 * conf.getDouble(PREFIX + "flushSeconds", FLUSH_SECONDS));
             maxInValues = (int) Math.max(0, Math.min(100_000, conf.getLong(PREFIX + "maxInValues", MAX_IN_VALUES)));
             maxFileBytes = Math.max(4096, conf.getLong(PREFIX + "maxFileBytes", MAX_FILE_BYTES));
-            maxBytesPerTableDay = conf.getLong(PREFIX + "maxBytesPerTableDay", MAX_BYTES_PER_TABLE_DAY);
+            maxBytesPerAppDay = conf.getLong(PREFIX + "maxBytesPerAppDay", MAX_BYTES_PER_APP_DAY);
             maxPendingBytes = conf.getLong(PREFIX + "maxPendingBytes", MAX_PENDING_BYTES);
         }
     }
@@ -167,6 +167,11 @@ final class WorkloadWriter {
 
     /** Buffers one record of the table at {@code root}. */
     void add(Path root, Configuration hadoopConf, String line) {
+        if (line.length() > MAX_RECORD_CHARS) {
+            warnOnce("record", "a record of " + line.length() + " characters dropped (at most " + MAX_RECORD_CHARS
+                    + ")", null);
+            return;
+        }
         Buffer full = null;
         synchronized (this) {
             String key = root.toString();
@@ -201,7 +206,7 @@ final class WorkloadWriter {
             long now = System.currentTimeMillis();
             for (String key : new ArrayList<>(buffers.keySet())) {
                 Buffer b = buffers.get(key);
-                if (b.records > 0 && (all || now - b.firstMs >= settings.flushSeconds * 1000)) {
+                if (b.records > 0 && (all || now - b.firstMs >= settings.flushMillis)) {
                     due.add(take(key));
                 }
             }
@@ -226,10 +231,10 @@ final class WorkloadWriter {
             String budgetKey = b.root + " " + day;
             synchronized (this) {
                 long written = writtenToday.getOrDefault(budgetKey, 0L);
-                if (written + body.length > settings.maxBytesPerTableDay) {
+                if (written + body.length > settings.maxBytesPerAppDay) {
                     warnOnce("budget " + b.root, "records for " + b.root + " dropped until the end of the UTC day: "
                             + "this application wrote " + written + " bytes of them today "
-                            + "(spark.lakecluster.workload.maxBytesPerTableDay)", null);
+                            + "(spark.lakecluster.workload.maxBytesPerAppDay)", null);
                     return;
                 }
                 writtenToday.put(budgetKey, written + body.length);
