@@ -100,6 +100,11 @@ public class WorkloadListener implements QueryExecutionListener {
         flushAll();
     }
 
+    /** Capture files this JVM failed to write (their records were dropped, and logged once per table). */
+    public static long failedWrites() {
+        return WorkloadWriter.FAILED_WRITES.get();
+    }
+
     /** Writes every buffered record of this JVM now. */
     public static void flushAll() {
         WorkloadWriter.flushAllNow();

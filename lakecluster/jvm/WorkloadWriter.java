@@ -52,6 +52,7 @@ final class WorkloadWriter {
     static final int MAX_RECORD_CHARS = 64 << 10;  // a longer record (thousands of filters) is dropped
     private static final Logger LOG = LoggerFactory.getLogger("lakecluster.workload");
     private static final Set<String> WARNED = ConcurrentHashMap.newKeySet();
+    static final AtomicLong FAILED_WRITES = new AtomicLong();  // files not written, since the JVM started
     private static volatile WorkloadWriter instance;
     private static volatile boolean disabled;
 
@@ -263,6 +264,7 @@ final class WorkloadWriter {
             }
             LOG.debug("wrote {} capture record(s) of {} to {}/{}", b.records, b.root, folder, name);
         } catch (Throwable t) {
+            FAILED_WRITES.incrementAndGet();
             warnOnce("write " + b.root, b.records + " workload record(s) of " + b.root
                     + " not written (later failures for this table are logged at debug level)", t);
         }
