@@ -239,3 +239,24 @@ def test_an_application_started_with_the_two_documented_settings_captures_beside
     for f in files:
         for line in f.read_text().splitlines():
             assert json.loads(line)["v"] == 1
+
+
+def test_the_listeners_defaults_are_the_configurations() -> None:
+    """The listener runs without lakecluster's configuration: its own defaults must be the
+    ``[workload]`` defaults that docs/configuration.md states."""
+    import re
+
+    from lakecluster.workload_listener import LISTENER_KEYS
+
+    source = (Path(__file__).parents[2] / "lakecluster" / "jvm" / "WorkloadWriter.java").read_text()
+    java = {name: float(int(number) << int(shift or 0))  # "1000", "16L << 20"
+            for name, number, shift in re.findall(r"static final (?:long|double) ([A-Z_]+) = (\d+)L?(?: << (\d+))?;",
+                                                  source)}  # fmt: skip
+    defaults = WorkloadConfig()
+    constants = {"flush_records": "FLUSH_RECORDS", "flush_interval_s": "FLUSH_SECONDS",
+                 "max_in_values": "MAX_IN_VALUES", "max_file_bytes": "MAX_FILE_BYTES",
+                 "max_bytes_per_app_day": "MAX_BYTES_PER_APP_DAY"}  # fmt: skip
+    assert set(constants) == set(LISTENER_KEYS)
+    assert {key: java[name] for key, name in constants.items()} == {k: float(getattr(defaults, k)) for k in constants}
+    for name in LISTENER_KEYS.values():
+        assert f'PREFIX + "{name}"' in source
