@@ -122,3 +122,17 @@ def test_expiry_deletes_old_and_excess_capture_files_and_nothing_else(tmp_path: 
     assert all(p.read_text() == "keep" for p in untouched)
     assert (report.files, report.kept_files) == (3, 2)
     assert expire(LakeTable.at(str(tmp_path / "no-table")), WorkloadConfig()).files == 0
+
+
+def test_the_compactors_vacuum_expires_capture_files_without_spark(tmp_path: Path) -> None:
+    from lakecluster.compaction.loop import Compactor
+    from lakecluster.config import load_config
+    from tests.cli.conftest import write_ssb_table
+
+    table = write_ssb_table(tmp_path / "t")
+    old = write(table, (NOW - 31 * 86_400) * 1000, [record(0, 1)])
+    kept = write(table, (NOW - 60) * 1000, [record(0, 2)])
+    compactor = Compactor(load_config(overrides={"table.path": str(table), "metrics.port": "0"}, environ={}))
+    compactor.maybe_vacuum()
+    assert not old.exists() and kept.exists()
+    assert compactor._spark is None
