@@ -98,7 +98,8 @@ final class WorkloadWriter {
     }
 
     private final Settings settings;
-    private final String appToken;
+    private volatile String appToken;
+    private volatile SparkContext context;
     private final Map<String, Buffer> buffers = new LinkedHashMap<>();
     private final Map<String, Long> writtenToday = new HashMap<>();  // "<root> <day>" -> bytes
     private final AtomicLong sequence = new AtomicLong();
@@ -114,7 +115,7 @@ final class WorkloadWriter {
      * turned off. */
     static WorkloadWriter of(SparkContext sc) {
         WorkloadWriter w = instance;
-        if (w != null || disabled) {
+        if ((w != null && w.context == sc) || disabled) {
             return w;
         }
         synchronized (WorkloadWriter.class) {
@@ -125,8 +126,11 @@ final class WorkloadWriter {
                     return null;
                 }
                 WorkloadWriter made = new WorkloadWriter(settings, sc.applicationId());
-                made.start(sc);
+                made.start();
                 instance = made;
+            }
+            if (instance != null && instance.context != sc) {
+                instance.attach(sc);  // the first context, or a new one after the old was stopped
             }
             return instance;
         }
@@ -148,19 +152,25 @@ final class WorkloadWriter {
         return settings;
     }
 
-    private void start(SparkContext sc) {
-        timer = Executors.newSingleThreadScheduledExecutor(r -> {
-            Thread t = new Thread(r, "lakecluster-workload-writer");
-            t.setDaemon(true);
-            return t;
-        });
-        timer.scheduleWithFixedDelay(() -> flush(false), 1, 1, TimeUnit.SECONDS);
+    /** Writes what is buffered when {@code sc}'s application ends; later files carry its id. */
+    private synchronized void attach(SparkContext sc) {
+        context = sc;
+        appToken = safe(sc.applicationId());
         sc.addSparkListener(new SparkListener() {
             @Override
             public void onApplicationEnd(SparkListenerApplicationEnd end) {
                 flush(true);
             }
         });
+    }
+
+    private void start() {
+        timer = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "lakecluster-workload-writer");
+            t.setDaemon(true);
+            return t;
+        });
+        timer.scheduleWithFixedDelay(() -> flush(false), 1, 1, TimeUnit.SECONDS);
         // After Spark's own hooks (priority 40 in Hadoop's manager), before file systems close (10).
         org.apache.hadoop.util.ShutdownHookManager.get().addShutdownHook(() -> flush(true),
                 FileSystem.SHUTDOWN_HOOK_PRIORITY + 20);
