@@ -457,12 +457,17 @@ public class WorkloadListener implements QueryExecutionListener {
         return name != null && list(json, name, child.dataType(), op, values, maxIn);
     }
 
-    /** A list of values: all of them up to {@code maxIn}, else their count, smallest and largest. */
+    /** A list of values, sorted: all of them up to {@code maxIn}, else their count, smallest and largest. */
     @SuppressWarnings({"unchecked", "rawtypes"})
     private static boolean list(StringBuilder json, String name, DataType type, String op, List<Object> values,
                                 int maxIn) {
         List<Object> distinct = new ArrayList<>(new LinkedHashSet<>(values));
         distinct.remove(null);
+        try {  // one order whatever the query's (an InSet's is a hash set's)
+            distinct.sort((a, b) -> ((Comparable) a).compareTo(b));
+        } catch (ClassCastException e) {
+            // values without an order: kept as given
+        }
         json.append("{\"column\":");
         Json.string(json, name);
         json.append(",\"type\":");

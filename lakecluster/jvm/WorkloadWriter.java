@@ -248,6 +248,9 @@ final class WorkloadWriter {
                             + "(spark.lakecluster.workload.maxBytesPerAppDay)", null);
                     return;
                 }
+                if (written == 0) {  // a new table or day: yesterday's counts are done with
+                    writtenToday.keySet().removeIf(k -> !k.endsWith(" " + day));
+                }
                 writtenToday.put(budgetKey, written + body.length);
             }
             Path folder = new Path(b.root, FOLDER + "/day=" + day);

@@ -90,8 +90,11 @@ def test_filters_and_files_read_of_real_queries(spark, flat_table: Path, listene
         ("qty >= 10 AND qty < 20 AND part = 1",
          (Predicate("qty", "range", low=Decimal(10), high=Decimal(20)), Predicate("part", "eq", (Decimal(1),))),
          lambda f: {x["op"] for x in f} == {">=", "<", "="}),
-        ("city IN ('CITY1', 'CITY2', 'CITY3')", (Predicate("city", "eq", ("CITY1", "CITY2", "CITY3")),),
+        ("city IN ('CITY3', 'CITY1', 'CITY2')", (Predicate("city", "eq", ("CITY1", "CITY2", "CITY3")),),
          lambda f: f[0]["op"] == "in" and len(f[0]["values"]) == 3),
+        # 12 values: Spark makes it an InSet (over spark.sql.optimizer.inSetConversionThreshold), kept whole.
+        ("qty IN (" + ", ".join(str(v) for v in range(71, 59, -1)) + ")",
+         (Predicate("qty", "eq", tuple(Decimal(v) for v in range(60, 72))),), lambda f: len(f[0]["values"]) == 12),
         # 40 values, over the default 32: kept as their count, smallest and largest.
         ("qty IN (" + ", ".join(str(v) for v in range(50, 90)) + ")",
          (Predicate("qty", "range", low=Decimal(50), high=Decimal(89)),),
@@ -118,7 +121,7 @@ def test_filters_and_files_read_of_real_queries(spark, flat_table: Path, listene
     # Partition filters are recorded apart from data filters, and they prune: part = 1 reads one partition.
     assert got[1].files_read is not None and got[1].files_read <= 4 < got[0].files_read  # type: ignore[operator]
     assert {"column": "part", "type": "int", "op": "=", "value": 1} in got[1].filters
-    assert got[3].shape == "qty IN" and got[4].shape == "day > AND part IN AND revenue <"
+    assert got[4].shape == "qty IN" and got[5].shape == "day > AND part IN AND revenue <"
 
 
 def test_a_join_and_aggregate_records_each_scan_of_the_flattened_table(spark, flat_table: Path,  # type: ignore[no-untyped-def]
@@ -207,9 +210,11 @@ def test_an_application_started_with_the_two_documented_settings_captures_beside
     from lakecluster.cli.workload import format_listener_conf
     from lakecluster.config import SparkConfig
 
-    conf = listener_conf(WorkloadConfig(), listener_jar(SparkConfig()))
-    assert list(conf) == ["spark.jars", "spark.sql.queryExecutionListeners"]
+    assert list(listener_conf(WorkloadConfig(), Path("l.jar"))) == ["spark.jars", "spark.sql.queryExecutionListeners"]
+    # With workload.flush_records = 1 in lakecluster's configuration, a third line: a file per record.
+    conf = listener_conf(WorkloadConfig(flush_records=1), listener_jar(SparkConfig()))
     assert conf["spark.sql.queryExecutionListeners"] == LISTENER_CLASS
+    assert conf["spark.lakecluster.workload.flushRecords"] == "1"
     delta = ",".join(str(j) for j in jars.spark_jars(s3=False)[:-1])  # the application's own Delta
     other = subprocess.Popen([sys.executable, "-c", APPLICATION, format_listener_conf(conf), delta, str(flat_table)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -236,8 +241,9 @@ def test_an_application_started_with_the_two_documented_settings_captures_beside
     assert sorted(p.values[0] for s in ours for p in s.predicates) == [Decimal(i) for i in range(3)]
     # Each application wrote files of its own, whole JSON lines.
     files = sorted((flat_table / "_lakecluster" / "workload").rglob("*.jsonl"))
-    writers = {f.name.split("-", 1)[1].rsplit("-", 2)[0] for f in files}
-    assert len(writers) >= 2
+    writers = {f.name.split("-", 1)[1].rsplit("-", 2)[0] for f in files}  # <ms>-<app id>-<seq>-<token>.jsonl
+    assert writers >= {theirs[0].app_id, ours[0].app_id}
+    assert len([f for f in files if f"-{theirs[0].app_id}-" in f.name]) == 3  # flushRecords = 1: a file per record
     for f in files:
         for line in f.read_text().splitlines():
             assert json.loads(line)["v"] == 1
