@@ -1,8 +1,9 @@
 """The subcommands. Read-only ones (``status``, ``compact --dry-run`` (with ``--where`` or ``--full``
 too), ``explain`` without ``--sync``, ``boundaries``, ``tune``, ``report``, ``index show``, ``vacuum
---dry-run``, ``config``) never write to the table; a missing table is a one-line error, raised before
-Spark starts. ``config`` does not look at the table at all. Everything that can be checked without
-Spark (metrics port, table location, schema, broker) is checked before Spark starts."""
+--dry-run``, ``workload`` without ``--expire``, ``config``) never write to the table; a missing table
+is a one-line error, raised before Spark starts. ``config`` does not look at the table at all.
+Everything that can be checked without Spark (metrics port, table location, schema, broker) is
+checked before Spark starts."""
 
 from __future__ import annotations
 
@@ -405,6 +406,31 @@ def history(ctx: Context) -> int:
 
     data = read_history(_existing(ctx.table), ctx.args.limit)
     emit(data, format_text(data), ctx.output)
+    return 0
+
+
+def workload(ctx: Context) -> int:
+    """``lakecluster workload``: what the query listener captured on the table; with
+    ``--listener-conf``, the settings that turn the listener on in an application."""
+    from lakecluster.cli.workload import format_listener_conf, format_text, summary
+    from lakecluster.compaction.capture import expire, read_capture
+    from lakecluster.workload_listener import listener_conf, listener_jar
+
+    args, config = ctx.args, ctx.config
+    if args.listener_conf:
+        conf = listener_conf(config.workload, listener_jar(config.spark))
+        emit(conf, format_listener_conf(conf), ctx.output)
+        return 0
+    table = _existing(ctx.table)
+    expired = expire(table, config.workload) if args.expire else None
+    since = args.since if args.since is not None else config.workload.retention_days * 86_400
+    data = summary(read_capture(table, config.workload, since_s=since), table=table.uri, since_s=since, top=args.top)
+    text = format_text(data)
+    if expired is not None:
+        data["expired"] = expired.__dict__
+        text = (f"expired {expired.files:,} capture file(s), {human_bytes(expired.bytes)}; kept "
+                f"{expired.kept_files:,}, {human_bytes(expired.kept_bytes)}\n{text}")  # fmt: skip
+    emit(data, text, ctx.output)
     return 0
 
 

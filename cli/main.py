@@ -46,6 +46,7 @@ COMMANDS: dict[str, Callable[[Context], int]] = {
     "report": commands.report,
     "tune": commands.tune,
     "history": commands.history,
+    "workload": commands.workload,
 }
 
 
@@ -138,6 +139,18 @@ def parser() -> argparse.ArgumentParser:
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")
     tu.add_argument("--force", action="store_true", help="replace DIR/tune.html (or a file at DIR) if there is one")
 
+    wl = sub.add_parser("workload", help="the queries the listener captured on the table: top predicate shapes, files "
+                        "read per query and per day (docs/workload.md)")  # fmt: skip
+    wl.add_argument("--listener-conf", action="store_true",
+                    help="print the Spark settings that make any application capture its queries of Delta tables "
+                    "(spark.jars and spark.sql.queryExecutionListeners), and exit")  # fmt: skip
+    wl.add_argument("--since", type=_age, metavar="AGE",
+                    help="only queries of the last AGE, e.g. 7d, 12h, 30m (default workload.retention_days)")
+    wl.add_argument("--top", type=_int_in(1, 1000), default=10, metavar="N", help="shapes shown (default 10)")
+    wl.add_argument("--expire", action="store_true",
+                    help="first delete capture files older than workload.retention_days or beyond workload.max_bytes "
+                    "(the compactor does it on its vacuum schedule)")  # fmt: skip
+
     pr = sub.add_parser("produce", help="send the built-in generator's records as JSON to the Kafka topic (demos)")
     pr.add_argument("--rate", type=_positive_int, default=1000, help="records per second (default 1000)")
     pr.add_argument("--records", type=_int_in(0, 2**62), default=0,
@@ -173,6 +186,21 @@ def _whole_hours(text: str) -> float:
     if value < 0 or value != int(value):
         raise argparse.ArgumentTypeError(f"expected a whole number of hours >= 0, got {text!r} (Delta's VACUUM "
                                          "rounds fractions: 0.4 h would become 0)")  # fmt: skip
+    return value
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _age(text: str) -> float:
+    """``--since``: a number and a unit (s, m, h, d), e.g. 7d; seconds."""
+    unit = _AGE_UNITS.get(text[-1:].lower())
+    try:
+        value = float(text[:-1]) * unit if unit else -1.0
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected an age such as 7d, 12h, 30m or 90s, got {text!r}")
     return value
 
 

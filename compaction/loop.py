@@ -7,7 +7,9 @@ are retried with capped backoff; a fault retrying cannot fix stops the loop with
 :class:`FatalServiceError`. A stop request lets the group in flight finish for up to
 ``compaction.stop_timeout_s``, then cancels its Spark jobs: an abandoned rewrite commits nothing,
 and its output files, referenced by no table version, are deleted by vacuum after the retention
-period. A vacuum in flight is cancelled at once. Nothing else in the compactor deletes files.
+period. A vacuum in flight is cancelled at once. Besides, with each vacuum, it deletes the workload
+capture files past their retention or size bound (``compaction.capture.expire``, inside
+``_lakecluster/workload/`` only). Nothing else in the compactor deletes files.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics, progress
+from lakecluster.compaction.capture import expire
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, plan_live
@@ -510,7 +513,16 @@ class Compactor:
             if self._vacuum_group is not None:
                 self._vacuum_group = None
                 self.spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        self.expire_capture()
         self.last_vacuum = time.monotonic()  # after success: a failed vacuum is retried with the round
+
+    def expire_capture(self) -> None:
+        """Delete the workload capture files past ``workload.retention_days`` or ``workload.max_bytes``
+        (docs/workload.md). A failure is logged: the capture is a side folder, never worth a round."""
+        try:
+            expire(self.table, self.config.workload)
+        except Exception as e:
+            log.warning("workload capture: expiring old capture files of %s failed: %s", self.table.uri, e)
 
     def run_forever(self) -> None:
         """Rounds every ``compaction.interval_s`` (and vacuum every ``vacuum.interval_s``) until stopped.

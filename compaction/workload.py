@@ -72,7 +72,7 @@ def parse_workload(lines: Iterable[str], columns: Sequence[ColumnSpec]) -> list[
         except PredicateError as e:
             at = f" at character {e.position + 1}" if e.position is not None else ""
             raise WorkloadError(f"{e.message}{at}: {text}", line=number) from None
-        queries.append(Query(number, text, tuple(_distinct(p) for p in _merge(_predicates(tree)))))
+        queries.append(Query(number, text, normalized(_predicates(tree))))
     if not queries:
         raise WorkloadError("the workload file holds no WHERE clause (one per line)")
     return queries
@@ -106,6 +106,11 @@ def _predicates(node: P.Expr) -> list[Predicate]:
         if prefix:  # every string starting with the prefix sorts between these two
             return [Predicate(node.column.name, "range", low=prefix, high=prefix + "\U0010ffff")]
     return []
+
+
+def normalized(predicates: Iterable[Predicate]) -> tuple[Predicate, ...]:
+    """One predicate per column (merged as :func:`_merge` says), an equality's values once each."""
+    return tuple(_distinct(p) for p in _merge(list(predicates)))
 
 
 def _distinct(p: Predicate) -> Predicate:

@@ -28,6 +28,7 @@ from lakecluster.config.sections import (
     StreamConfig,
     TableConfig,
     VacuumConfig,
+    WorkloadConfig,
 )
 from lakecluster.config.validate import MIN_RETENTION_HOURS, parse_starting_offsets, validate
 
@@ -54,6 +55,7 @@ __all__ = [
     "StreamConfig",
     "TableConfig",
     "VacuumConfig",
+    "WorkloadConfig",
     "config_origins",
     "describe",
     "is_secret",

@@ -207,6 +207,25 @@ class IndexConfig:
 
 
 @dataclass(frozen=True)
+class WorkloadConfig:
+    """Workload capture (docs/workload.md): what the query listener records into
+    ``<table>/_lakecluster/workload/``, how long it is kept and how much of it is read."""
+
+    # Kept this long; older capture files are deleted by the compactor (with its vacuum schedule).
+    retention_days: float = 30.0
+    # At most this many bytes of capture files per table: the compactor deletes the oldest beyond
+    # it, readers read only the newest this many.
+    max_bytes: int = 64 << 20
+    # The listener starts a new file at this size; readers skip a file over twice this.
+    max_file_bytes: int = 1 << 20
+    # The listener's own settings (spark.lakecluster.workload.*, printed by `workload --listener-conf`).
+    flush_records: int = 1000
+    flush_interval_s: float = 300.0
+    max_in_values: int = 32
+    max_bytes_per_app_day: int = 16 << 20
+
+
+@dataclass(frozen=True)
 class RetryConfig:
     """Transient faults (broker, storage, commit conflicts) are retried with capped backoff."""
 
@@ -259,6 +278,7 @@ class Config:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     vacuum: VacuumConfig = field(default_factory=VacuumConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     spark: SparkConfig = field(default_factory=SparkConfig)

@@ -14,6 +14,7 @@ from lakecluster.config.sections import (
     IndexConfig,
     KafkaSourceConfig,
     TableConfig,
+    WorkloadConfig,
 )
 from lakecluster.errors import ConfigError
 from lakecluster.schema import validate_type
@@ -84,6 +85,7 @@ def validate(config: Config) -> None:
             related=("vacuum.force",),
         )
     _validate_index(config.index, t)
+    _validate_workload(config.workload)
     rt = config.retry
     _positive("retry.initial_backoff_s", rt.initial_backoff_s)
     if rt.max_backoff_s < rt.initial_backoff_s:
@@ -215,6 +217,19 @@ def _size(n: int) -> str:
 
 # A stop waits at most this long for work in flight (a supervisor's grace period is minutes at most).
 MAX_STOP_TIMEOUT_S = 3600.0
+
+
+def _validate_workload(w: WorkloadConfig) -> None:
+    for key in ("retention_days", "flush_interval_s", "flush_records"):
+        _positive(f"workload.{key}", getattr(w, key))
+    if w.max_file_bytes < 4096:
+        raise ConfigError("workload.max_file_bytes", f"must be >= 4096, got {w.max_file_bytes}")
+    for key in ("max_bytes", "max_bytes_per_app_day"):
+        if getattr(w, key) < w.max_file_bytes:
+            raise ConfigError(f"workload.{key}", f"must be >= workload.max_file_bytes ({w.max_file_bytes}), "
+                              f"got {getattr(w, key)}", related=("workload.max_file_bytes",))
+    if not 0 <= w.max_in_values <= 100_000:
+        raise ConfigError("workload.max_in_values", f"must be 0..100000, got {w.max_in_values}")
 
 
 def _positive(key: str, value: float | None) -> None:

@@ -8,6 +8,7 @@ VACUUM never enters directories whose names start with ``_``)::
     <table>/_lakecluster/streams/<stream id>/sketches/     the stream's boundary sketches
     <table>/_lakecluster/sketches/                         sketches of versions before stream ids
     <table>/_lakecluster/index/                            the column-stats index (index.path)
+    <table>/_lakecluster/workload/day=<yyyy-mm-dd>/        captured queries (docs/workload.md)
     <table>_quarantine                                     the quarantine table (table.quarantine_path)
 
 This module is the one place these paths are worked out.
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 SIDE_FOLDER = "_lakecluster"
 SKETCHES = "sketches"  # a stream's sketch folder, inside its own folder
+WORKLOAD = "workload"  # the query listener's capture files (lakecluster/jvm/WorkloadWriter.java)
 
 
 def stream_id_of(config: Config) -> str:
@@ -81,6 +83,11 @@ class TablePaths:
     def sketches(self, stream_id: str | None) -> str:
         """A stream's sketch folder; ``None``: the folder of versions before stream ids."""
         return f"{self.stream_home(stream_id)}/{SKETCHES}" if stream_id else f"{self.table}/{SIDE_FOLDER}/{SKETCHES}"
+
+    @property
+    def workload(self) -> str:
+        """``<table>/_lakecluster/workload``: the capture files of every application's query listener."""
+        return f"{self.table}/{SIDE_FOLDER}/{WORKLOAD}"
 
     @property
     def locations(self) -> dict[str, str]:

@@ -23,6 +23,7 @@ READ_ONLY = {
     "boundaries": ["boundaries"],
     "index show": ["index", "show"],
     "vacuum --dry-run": ["vacuum", "--dry-run"],
+    "workload": ["workload"],
 }
 
 
@@ -81,6 +82,7 @@ READS = {
     "tune": ["tune"],
     "report": ["report", "--out", "{out}"],
     "config": ["config"],
+    "workload": ["workload", "--since", "1d"],
     "compact --dry-run": ["compact", "--dry-run"],
     # A layout change with no sketches of the new columns: the plan needs none, and builds none.
     "compact --full --dry-run": ["--set", 'table.clustering_columns=["c_nation", "lo_quantity"]', "compact",
