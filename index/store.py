@@ -763,10 +763,20 @@ def _built_ahead(parts: Iterator[pa.Table]) -> Iterator[pa.Table]:
             yield part
 
 
+def _one_column(column: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether every value of the key column is the same (a rebuild's parts: one column each),
+    from its least and greatest value, without comparing neighbours."""
+    bounds = pc.min_max(column)
+    return column.null_count == 0 and bounds["min"] == bounds["max"]
+
+
 def _sorted_by_key(rows: pa.Table) -> bool:
     """Whether ``rows`` are sorted by (column, fid) already (one vectorised pass)."""
     if rows.num_rows < 2:
         return True
+    if _one_column(rows["column"]):
+        fid = rows["fid"].to_numpy()
+        return bool((fid[1:] >= fid[:-1]).all())
     column = rows["column"].combine_chunks()
     if not pc.all(pc.less_equal(column[:-1], column[1:])).as_py():
         return False
@@ -780,6 +790,8 @@ def _runs(column: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
     n = len(column)
     if n == 0:
         return []
+    if _one_column(column):
+        return [(0, n)]
     codes = pc.dictionary_encode(column).combine_chunks().indices.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     return list(zip(starts.tolist(), np.r_[starts[1:], n].tolist(), strict=True))
