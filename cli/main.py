@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
 
 from lakecluster import class_archive, failures, progress
-from lakecluster.arrow_memory import use_preferred_pool
 from lakecluster.cli import commands
 from lakecluster.cli.context import Context
 from lakecluster.cli.output import quiet_broken_pipe
@@ -235,7 +234,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Long phases (jars, Spark's start, a vacuum) say how they go on stderr; beside JSON logs they
     # are INFO records of lakecluster.progress.
     progress.set_sink(_progress_line if args.log_format == "text" else None)
-    use_preferred_pool()  # every command's Arrow buffers, from the first (lakecluster/arrow_memory.py)
     context: Context | None = None
     try:
         overrides = parse_overrides(args.set)

@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics, progress
-from lakecluster.arrow_memory import use_preferred_pool
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, plan_live
@@ -128,7 +127,6 @@ class Compactor:
         Raises:
             TableNotFoundError: there is no table (the compactor never creates one).
         """
-        use_preferred_pool()  # before the start reads the table's live files
         self.config = config
         self.table = table = table or LakeTable(config)
         if not table.delta.exists():  # read-only: a missing table is an error, never created here

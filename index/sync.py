@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster import metrics
-from lakecluster.arrow_memory import use_preferred_pool
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.file_ids import distinct, file_ids, find
 from lakecluster.index.spec import IndexSpec, schema_string_columns, table_columns
@@ -99,7 +98,6 @@ def rebuild(target: IndexSpec | LakeTable, reason: str = "requested", *, seed: i
         TableNotFoundError: there is no table.
     """
     spec = _spec(target)
-    use_preferred_pool()
     started = time.monotonic()
     built = build(spec, seed=seed)
     published = store_for(spec).replace(built.parts, built.manifest, num_rows=built.num_rows)
@@ -208,7 +206,6 @@ def sync(target: IndexSpec | LakeTable) -> SyncResult:
     Raises:
         TableNotFoundError: there is no table.
     """
-    use_preferred_pool()
     result = _sync(_spec(target))
     metrics.INDEX_SYNC_SECONDS.labels(result.mode).observe(result.seconds)
     return result
