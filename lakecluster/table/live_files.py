@@ -20,6 +20,7 @@ has no stats for them).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 # The basename's first "part-g<generation>-<run>-" (what planner.file_run finds).
 _RUN_IN_PATH = r"(?:^|/)[^/]*?part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-[^/]*$"
+_SLASH = re.compile(b"/")
 # The same at the very start of a path without "/" (see _generation_and_run).
 _RUN_AT_START = r"^part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-"
 # The layout fingerprint after the run id ("part-g01-<run>-l<fingerprint>-..."); files written
@@ -239,15 +241,13 @@ def _generation_and_run(paths: pa.Array) -> tuple[pa.Array, pa.Array]:
 
 def _has_slash(paths: pa.Array) -> bool:
     """Whether any of the paths holds a ``/`` (one pass over their bytes)."""
-    if not len(paths):
+    if not len(paths) or paths.buffers()[2] is None:
         return False
-    texts = paths.cast(pa.large_binary())
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)
-    data = texts.buffers()[2]
-    if data is None:
-        return False
-    first, last = int(offsets[texts.offset]), int(offsets[texts.offset + len(texts)])
-    return bool((np.frombuffer(data, dtype=np.uint8)[first:last] == ord("/")).any())
+    wide = pa.types.is_large_string(paths.type) or pa.types.is_large_binary(paths.type)
+    offsets = np.frombuffer(paths.buffers()[1], dtype=np.int64 if wide else np.int32)
+    first, last = int(offsets[paths.offset]), int(offsets[paths.offset + len(paths)])
+    # re searches the buffer where it lies (no copy, no array of comparisons): 0.03 s for 80 MB.
+    return _SLASH.search(memoryview(paths.buffers()[2])[first:last]) is not None
 
 
 def _put(values: pa.Array, at: np.ndarray, new: pa.Array) -> pa.Array:
