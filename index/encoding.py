@@ -53,10 +53,14 @@ def _with_nulls(source: pa.Array, encoded: pa.Array) -> pa.Array:
 
 
 def _fixed(raw: np.ndarray, width: int) -> pa.Array:
+    """Binary values of ``width`` bytes each, back to back in ``raw``: the bytes used as they are
+    (no copy), beside offsets counting in steps of ``width``."""
     n = raw.size // width
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(raw.tobytes())]).cast(
-        pa.binary()
-    )
+    if (n + 1) * width >= 1 << 31:  # beyond binary's 32-bit offsets: through Arrow's cast
+        fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(raw.tobytes())])
+        return fixed.cast(pa.large_binary()).cast(pa.binary())
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(raw))])
 
 
 def _int128(hi: np.ndarray, lo: np.ndarray) -> pa.Array:

@@ -23,7 +23,7 @@ class IndexSpec:
     columns: tuple[str, ...] = ()  # requested columns; empty: every column up to max_columns
     clustering_columns: tuple[str, ...] = ()  # always indexed, and first
     max_columns: int = 32
-    row_group_rows: int = 16_384
+    row_group_rows: int = 262_144  # a million-file rebuild writes 16x fewer row groups than at 16,384
     max_segments: int = 8
     nan_counts: str = "assume"  # "assume": NaN possible in float columns; "scan": count them in the files
     gc_grace_s: float = GC_GRACE_S_DEFAULT  # unreferenced index files are kept this long (store.py)

@@ -79,7 +79,9 @@ def _normalise(col: ColumnSpec, lo: pa.Array, hi: pa.Array) -> tuple[pa.Array, p
         whole_ms = pc.equal(pc.multiply(pc.divide(micros, 1000), 1000), micros)
         hi = pc.if_else(whole_ms, pc.add(micros, 999), micros).cast(pa.timestamp("us", tz="UTC"))
     enc_lo, enc_hi = encode_array(col, lo), encode_array(col, hi)
-    if family(col) == "string" and len(hi):
+    # A string of STRING_PREFIX characters has at least as many bytes: when no maximum has that
+    # many bytes (the offsets tell, no text is read), none is widened.
+    if family(col) == "string" and len(hi) and (pc.max(pc.binary_length(enc_hi)).as_py() or 0) >= STRING_PREFIX:
         maybe_cut = pc.greater_equal(pc.utf8_length(hi.cast(pa.string())), STRING_PREFIX)
         widened = pc.binary_join_element_wise(enc_hi, pa.scalar(PREFIX_END, pa.binary()), b"")
         enc_hi = pc.if_else(maybe_cut, widened, enc_hi)
@@ -172,25 +174,27 @@ def add_action_parts(actions: pa.Table, columns: Sequence[ColumnSpec], partition
     """:func:`from_add_actions` as :func:`index_parts`: a column at a time, in the key's order."""
     n = actions.num_rows
 
-    def col_or_nulls(name: str, tp: pa.DataType) -> pa.Array:
+    def col_or_nulls(name: str, tp: pa.DataType) -> pa.Array | pa.ChunkedArray:
+        # As read (in chunks): the parts take each array into file-number order, one copy.
         if name in actions.column_names:
-            return actions[name].combine_chunks().cast(tp)
+            return actions[name].cast(tp)
         return pa.nulls(n, tp)
 
     parts = {p: col_or_nulls(f"partition.{p}", arrow_type(c)) for c in columns for p in partition_by if p == c.name}
     value_count = col_or_nulls("num_records", pa.int64())
-    files = pa.table({"file": actions["path"].combine_chunks(), "partition": partition_keys(parts, partition_by, n),
-                      "size_bytes": actions["size_bytes"].combine_chunks().cast(pa.int64()),
+    files = pa.table({"file": actions["path"], "partition": partition_keys(parts, partition_by, n),
+                      "size_bytes": actions["size_bytes"].cast(pa.int64()),
                       "value_count": value_count})  # fmt: skip
     stats = {}
     # The paths as Python strings only for NaN counts scanned from the files (once, not per column).
     paths = files["file"].to_pylist() if nan_counts is not None else []
+    unknown = pa.nulls(n, pa.int64())  # the NaN counts of every column that has none
     for col in columns:
         if col.name in partition_by:
             stats[col.name] = _partition_stats(col, parts[col.name], value_count)
             continue
         tp = arrow_type(col)
-        nans = _nan_array(col, n, paths, nan_counts)
+        nans = _nan_array(col, n, paths, nan_counts) if family(col) == "float" and nan_counts is not None else unknown
         stats[col.name] = (col_or_nulls(f"null_count.{col.name}", pa.int64()), nans,
                            col_or_nulls(f"min.{col.name}", tp), col_or_nulls(f"max.{col.name}", tp))  # fmt: skip
     return index_parts(columns, files, stats, seed, fids=fids)

@@ -198,7 +198,7 @@ class IndexConfig:
     path: str | None = None
     columns: tuple[str, ...] = ()
     max_columns: int = 32
-    row_group_rows: int = 16_384
+    row_group_rows: int = 262_144
     max_segments: int = 8
     sync_after_compaction: bool = True
     sync_after_stream: bool = False

@@ -20,11 +20,13 @@ has no stats for them).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,6 +40,9 @@ log = logging.getLogger(__name__)
 
 # The basename's first "part-g<generation>-<run>-" (what planner.file_run finds).
 _RUN_IN_PATH = r"(?:^|/)[^/]*?part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-[^/]*$"
+_SLASH = re.compile(b"/")
+# The same at the very start of a path without "/" (see _generation_and_run).
+_RUN_AT_START = r"^part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-"
 # The layout fingerprint after the run id ("part-g01-<run>-l<fingerprint>-..."); files written
 # before fingerprints were recorded have none.
 _LAYOUT_IN_PATH = r"(?:^|/)[^/]*?part-g\d+-[0-9a-f]+-l(?P<layout>[0-9a-f]+)-[^/]*$"
@@ -203,13 +208,50 @@ class LiveFiles:
 def _runs(paths: pa.Array | pa.ChunkedArray) -> dict[str, pa.Array]:
     """``generation`` (0 when not written by compaction), ``run`` (null then) and ``layout`` (null
     when the name carries no layout fingerprint) of each path."""
-    found = pc.extract_regex(paths, _RUN_IN_PATH)
+    if isinstance(paths, pa.ChunkedArray):
+        paths = paths.combine_chunks()
+    generation, run = _generation_and_run(paths)
     layout = pc.extract_regex(paths, _LAYOUT_IN_PATH)
-    if isinstance(found, pa.ChunkedArray):
-        found = found.combine_chunks()
-    if isinstance(layout, pa.ChunkedArray):
-        layout = layout.combine_chunks()
     # struct_field, not .field(): a path that does not match is a null struct, and only
     # struct_field carries that null into the field.
-    generation = pc.fill_null(pc.struct_field(found, "generation").cast(pa.int32()), 0)
-    return {"generation": generation, "run": pc.struct_field(found, "run"), "layout": pc.struct_field(layout, "layout")}
+    return {"generation": pc.fill_null(generation.cast(pa.int32()), 0), "run": run,
+            "layout": pc.struct_field(layout, "layout")}  # fmt: skip
+
+
+def _generation_and_run(paths: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """:data:`_RUN_IN_PATH`'s generation and run of each path (null where it does not match).
+
+    That pattern reads the whole name to check no ``/`` follows (a million paths: 0.7 s). A table
+    without partitions has no ``/`` in any path: there a match at the start of the path is the
+    one it finds, and the pattern without its tail (0.1 s) finds it; the paths it does not match
+    (a name not starting with ``part-g``, such as a stream's ``part-00000-...``) take the whole pattern.
+    """
+    if _has_slash(paths):
+        found = pc.extract_regex(paths, _RUN_IN_PATH)
+        return pc.struct_field(found, "generation"), pc.struct_field(found, "run")
+    found = pc.extract_regex(paths, _RUN_AT_START)
+    generation, run = pc.struct_field(found, "generation"), pc.struct_field(found, "run")
+    missed = pc.and_(pc.is_null(found), pc.is_valid(paths))
+    if not pc.any(missed).as_py():
+        return generation, run
+    rest = pc.extract_regex(paths.filter(missed), _RUN_IN_PATH)
+    at = np.flatnonzero(missed.to_numpy(zero_copy_only=False))
+    return (_put(generation, at, pc.struct_field(rest, "generation")), _put(run, at, pc.struct_field(rest, "run")))
+
+
+def _has_slash(paths: pa.Array) -> bool:
+    """Whether any of the paths holds a ``/`` (one pass over their bytes)."""
+    if not len(paths) or paths.buffers()[2] is None:
+        return False
+    wide = pa.types.is_large_string(paths.type) or pa.types.is_large_binary(paths.type)
+    offsets = np.frombuffer(paths.buffers()[1], dtype=np.int64 if wide else np.int32)
+    first, last = int(offsets[paths.offset]), int(offsets[paths.offset + len(paths)])
+    # re searches the buffer where it lies (no copy, no array of comparisons): 0.03 s for 80 MB.
+    return _SLASH.search(memoryview(paths.buffers()[2])[first:last]) is not None
+
+
+def _put(values: pa.Array, at: np.ndarray, new: pa.Array) -> pa.Array:
+    """``values`` with those at positions ``at`` replaced by ``new``, in order."""
+    mask = np.zeros(len(values), dtype=bool)
+    mask[at] = True
+    return pc.replace_with_mask(values, pa.array(mask), new)

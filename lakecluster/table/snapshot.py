@@ -142,11 +142,26 @@ def _last_checkpoint(fs: Any, log_dir: str) -> tuple[int, list[str]]:
         raise Unsupported(f"checkpoint {version} is not classic Parquet ({names[0]} missing)")
     for name in names:  # a V2 checkpoint may have a classic name: its files are in sidecars
         pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
-        if "sidecar" in pf.schema_arrow.names:
+        if "sidecar" in pf.schema_arrow.names and not _all_null(pf, "sidecar.path"):
             sidecars = pf.read(columns=["sidecar"]).column("sidecar")
             if sidecars.null_count < len(sidecars):
                 raise Unsupported(f"checkpoint {version} keeps its files in sidecars")
     return version, names
+
+
+def _all_null(pf: pq.ParquetFile, leaf: str) -> bool:
+    """Whether the footer's statistics show column ``leaf`` null in every row (no column read;
+    False when a row group has no null count)."""
+    md = pf.metadata
+    at = [i for i in range(md.num_columns) if md.schema.column(i).path == leaf]
+    if len(at) != 1:
+        return False
+    for g in range(md.num_row_groups):
+        group = md.row_group(g)
+        st = group.column(at[0]).statistics
+        if st is None or not st.has_null_count or st.null_count != group.num_rows:
+            return False
+    return True
 
 
 def _metadata(fs: Any, log_dir: str, checkpoint: int, parts: list[str], commits: list[list[dict]]) -> dict:
@@ -195,7 +210,8 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[Co
             columns.append("add.stats")
         for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
             add = batch.column("add")
-            add = add.filter(pc.is_valid(add))
+            if add.null_count:  # rows of other actions (protocol, metaData, remove...): a copy without them
+                add = add.filter(pc.is_valid(add))
             if not len(add):
                 continue
             rows = pa.table({k: pc.struct_field(add, k) for k in ("path", "size", "partitionValues")})

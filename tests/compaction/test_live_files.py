@@ -84,6 +84,19 @@ def test_generation_and_run_as_the_planner_reads_file_names(path: str) -> None:
     assert (found["generation"][0].as_py(), found["run"][0].as_py()) == file_run(path)
 
 
+def test_generation_and_run_of_many_names_without_a_slash_as_the_planner_reads_them() -> None:
+    """Names without ``/`` (an unpartitioned table) are read by a pattern anchored at the start,
+    the others by the whole one: the same answers as the planner's, name by name."""
+    names = ["part-g06-0a1b2c3d4e5f-00001-x.c000.zstd.parquet", "part-00000-5f1e-c000.snappy.parquet",
+             "xpart-g03-0a-1.parquet", "part-g12-abc-part-g03-def-1.parquet", "part-gx-part-g04-0b-1.parquet",
+             "part-g01-notahexrun-00000.parquet", "part-g07-l0c-l1d-2.parquet", ""] * 3  # fmt: skip
+    paths = pa.array([*names, None])
+    for array in (paths, paths.slice(2), pa.chunked_array([paths.slice(0, 5), paths.slice(5)])):
+        found = _runs(array)
+        wanted = [file_run(p) if p is not None else (0, None) for p in array.to_pylist()]
+        assert list(zip(found["generation"].to_pylist(), found["run"].to_pylist(), strict=True)) == wanted
+
+
 def test_commits_gone_after_a_checkpoint_mean_one_full_read(tmp_path: Path) -> None:
     table = tmp_path / "t"
     append(table, batch(0, 100, seed=1), 0)

@@ -38,13 +38,38 @@ def test_a_number_depends_only_on_the_path_and_the_seed() -> None:
     assert distinct(a) and not (file_ids(pa.array(paths), 1) == a).any()  # another seed: other numbers
 
 
-def test_numbers_are_the_same_whatever_the_chunk_of_bytes_hashed_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_numbers_are_the_same_whatever_the_block_of_bytes_hashed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     paths = ["", "a", "é/ü/ø.parquet", "x" * 300, *delta_paths(500)]
     whole = file_ids(pa.array(paths), 7)
-    for chunk in (1, 13, 64, 4096):
-        monkeypatch.setattr(ids_module, "_CHUNK_BYTES", chunk)
-        assert (file_ids(pa.array(paths), 7) == whole).all(), chunk
+    for block in (1, 13, 64, 4096):
+        monkeypatch.setattr(ids_module, "_BLOCK_BYTES", block)
+        assert (file_ids(pa.array(paths), 7) == whole).all(), block
     assert len(np.unique(whole)) == len(paths)
+
+
+def test_paths_of_one_length_get_the_numbers_they_get_among_paths_of_other_lengths() -> None:
+    """Paths all of one length are hashed from Arrow's bytes as they lie, mixed lengths by
+    gathering each length's bytes: the same numbers either way."""
+    same = [p.replace("year=", "y=") for p in delta_paths(300)]
+    assert len({len(p) for p in same}) == 1
+    alone = file_ids(pa.array(same), 3)
+    mixed = file_ids(pa.array(["", "ab", *same, "x" * 90]), 3)
+    assert (mixed[2:-1] == alone).all()
+    assert (file_ids(pa.array(same).slice(5, 100), 3) == alone[5:105]).all()  # an array slice: its offset
+
+
+def test_the_numbers_of_paths_never_change() -> None:
+    """Indexes on storage hold the numbers of their files: a sync numbers new and removed files
+    with the same function, so it must give what earlier code gave (pinned from the first release
+    of file numbers)."""
+    paths = ["", "a", "é/ü/ø.parquet", "part-00000-1b2c3d4e-0000-4000-8000-000000000000-c000.snappy.parquet",
+             "year=1992/part-g06-0123456789ab-00001-l00ff-x.c000.zstd.parquet"]  # fmt: skip
+    assert file_ids(pa.array(paths), 0).tolist() == [
+        -2152535657050944081, -2525487740999491430, 468683214787072691, -584278665989568825, -4607401923048371488
+    ]  # fmt: skip
+    assert file_ids(pa.array(paths), 7).tolist() == [
+        7191089600892374487, 5808139794038648948, 7002786201618843717, -8106234038424138637, -484752497224811210
+    ]  # fmt: skip
 
 
 def test_paths_differing_in_one_byte_or_in_length_get_other_numbers() -> None:
