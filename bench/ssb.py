@@ -12,7 +12,8 @@ same rows: as ingested, Delta ZORDER, Delta liquid clustering, lakecluster.
 3. Spark SQL runs the 13 queries on each layout through delta-spark; files read are Spark's own scan
    metric (``numFiles``), time the median of ``--runs`` runs after one warm-up run.
 
-Prints tables and rewrites the "## SSB" section of docs/benchmarks.md (unless --no-write).
+Prints tables and rewrites the section of docs/benchmarks.md for its column set and scale factor
+("## SSB on <columns>, scale factor <sf>"; unless --no-write).
 """
 
 from __future__ import annotations
@@ -150,6 +151,11 @@ def run_queries(spark: Any, path: Path, runs: int) -> dict[str, tuple[int, float
 
 
 
+def heading(args: argparse.Namespace) -> str:
+    """One section per column set and scale: a run rewrites its own, not the other runs'."""
+    return f"## SSB on {', '.join(args.columns)}, scale factor {args.scale_factor:g}"
+
+
 def render(command: str, layouts: list[tuple[str, int, float | None, dict]], args: argparse.Namespace,
            in_bytes: int, rows: int) -> str:  # fmt: skip
     from lakecluster.stream.ssb import SSB_FULL_COLUMNS
@@ -175,6 +181,9 @@ def render(command: str, layouts: list[tuple[str, int, float | None, dict]], arg
         summary += (f"{label.strip('*')} reads the fewest files on {fewest} of the {len(QUERIES)} queries; in total "
                     f"{totals[label] / totals['Delta ZORDER']:.2f} × Delta ZORDER's files and "
                     f"{totals[label] / totals['Delta liquid']:.2f} × liquid clustering's.\n")
+    written = {label: n for label, n, _, _ in layouts}
+    summary += ("Files written: " + ", ".join(f"{label.strip('*')} {n:,}" for label, n in written.items()
+                                                if label != "as ingested") + ".\n")  # fmt: skip
     zorder = next(lay for lay in layouts if lay[0] == "Delta ZORDER")
     for label, _, seconds, _ in (lay for lay in layouts if "lakecluster" in lay[0] and lay[2] is not None):
         summary += (f"{label.strip('*')} rewrote at {zorder[2] / seconds:.2f} × Delta ZORDER's MB/s"
@@ -182,7 +191,7 @@ def render(command: str, layouts: list[tuple[str, int, float | None, dict]], arg
                               if lay[0] != "Delta ZORDER" and lay[2] is not None) + ".\n")
     summary += ("Goal with default settings: at most 0.7 × ZORDER's files in total and the fewest (or tied) on at "
                 "least 11 of the 13 queries; with the weights `tune --queries` picks, the fewest on every query.\n")
-    return (f"## SSB: the 13 Star Schema Benchmark queries on four layouts\n\n`{command}` — {rows:,} rows of the "
+    return (f"{heading(args)}\n\n`{command}` — {rows:,} rows of the "
             f"flattened SSB table (scale factor {args.scale_factor:g}, {len(SSB_FULL_COLUMNS)} columns, "
             f"{in_bytes / 1e6:,.0f} MB of Parquet), written in generator order as {args.files} files, then "
             f"rewritten by each method on the same clustering columns ({', '.join(args.columns)}) to the same "
@@ -253,7 +262,7 @@ def main() -> None:
     section = render(command, layouts, args, in_bytes, rows)
     print(section)
     if not args.no_write:
-        write_section(REPO / "docs" / "benchmarks.md", "## SSB", section)
+        write_section(REPO / "docs" / "benchmarks.md", heading(args), section)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 1. read the group's Parquet files (partition values come from the Delta log, not from paths);
 2. one ``mapInArrow`` pass computes each row's cell key and full sort key (``ClusteringLayout``);
 3. the rows per cell (a few thousand numbers) come back to the driver, which assigns cells to
-   output files along the curve (``assign_files``);
+   output files along the curve (``file_plan``);
 4. rows are shuffled by output file, sorted by key inside each task, and written; a file with
-   more rows than the target is cut into equal pieces along the key, so a heavy value never
+   more rows than a file is cut into equal pieces along the key, so a heavy value never
    makes one giant file.
 The input is cached between 3 and 4, so the group is read once.
 """
@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from lakecluster.compaction.planner import Group
 from lakecluster.config import StorageConfig
 from lakecluster.curves import key_array
-from lakecluster.layout import ClusteringLayout, assign_files, pieces
+from lakecluster.layout import ClusteringLayout, file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.spark import read_data_files
@@ -146,14 +146,14 @@ def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[Writte
         counts = sorted((bytes(r[CELL]), int(r["count"])) for r in keyed.groupBy(CELL).count().collect())
         if not counts:
             return []
-        # Rows per output file from the rows actually read: files of other writers may carry no stats
-        # (no row count), and sizing by a count of 0 would make a file per row.
-        target_rows = max(1, -(-sum(c for _, c in counts) // max(spec.target_files, 1)))
-        file_of_cell = assign_files([c for _, c in counts], target_rows)
+        # Files from the rows actually read: files of other writers may carry no stats (no row
+        # count), and sizing by a count of 0 would make a file per row.
+        plan, plan_pieces = file_plan([c for _, c in counts], spec.target_files)
+        file_of_cell = plan.tolist()
         rows_per_file: dict[int, int] = {}
         for (_, c), f in zip(counts, file_of_cell, strict=True):
             rows_per_file[f] = rows_per_file.get(f, 0) + c
-        file_pieces = {f: pieces(r, target_rows) for f, r in rows_per_file.items()}
+        file_pieces = dict(enumerate(plan_pieces.tolist()))
         mapping = spark.createDataFrame(
             [(cell, f) for (cell, _), f in zip(counts, file_of_cell, strict=True)], f"{CELL} binary, {FILE} int"
         )

@@ -1,7 +1,7 @@
 """Rewrite one small group in the compactor's own process: pyarrow reads, numpy sorts, pyarrow writes.
 
 The same layout as the Spark rewrite (``rewrite.py``): rows keyed by ``ClusteringLayout``, cells
-assigned to files along the curve (``assign_files``), a file with more rows than the target cut
+assigned to files along the curve (``file_plan``), a file with more rows than the target cut
 into equal pieces along the key, files written by ``FileWriter`` with their Delta stats. What it
 saves is the Spark job: for a group of a few hundred megabytes the job's scheduling, the crossing
 of every row to Python workers and back, the cache and the shuffle cost more than the work
@@ -26,7 +26,7 @@ import pyarrow.dataset as pds
 from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec, data_schema
 from lakecluster.curves import argsort_keys
-from lakecluster.layout import assign_files, pieces
+from lakecluster.layout import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.schema import arrow_schema
 from lakecluster.storage import filesystem
@@ -56,13 +56,11 @@ def file_slices(cells: np.ndarray, target_files: int) -> list[tuple[int, int]]:
     """(start, stop) of each output file's rows, given every row's cell in key order."""
     starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
     counts = np.diff(np.r_[starts, len(cells)])
-    target_rows = max(1, -(-len(cells) // max(target_files, 1)))
-    file_of_cell = np.asarray(assign_files(counts.tolist(), target_rows))
+    file_of_cell, file_pieces = file_plan(counts, target_files)
     first_cells = np.flatnonzero(np.r_[True, file_of_cell[1:] != file_of_cell[:-1]])
     file_starts = starts[first_cells].tolist()
     out: list[tuple[int, int]] = []
-    for start, end in zip(file_starts, [*file_starts[1:], len(cells)], strict=True):
-        k = pieces(end - start, target_rows)
+    for start, end, k in zip(file_starts, [*file_starts[1:], len(cells)], file_pieces.tolist(), strict=True):
         cuts = [start + ((end - start) * i) // k for i in range(k + 1)]
         out.extend(itertools.pairwise(cuts))
     return out

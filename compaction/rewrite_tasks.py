@@ -6,7 +6,7 @@ one by one and nothing is cached:
 
 1. **count**: one task per slice of the group's files reads only the clustering columns and
    returns the rows per cell (a few thousand numbers); the driver assigns cells to output files
-   along the curve (``assign_files``);
+   along the curve (``file_plan``);
 2. **shuffle and write**: the same slices are read whole, a batch at a time; each batch's rows are
    keyed, split by output file and shipped as Arrow IPC blobs through Spark's shuffle (one record
    per output file per batch); each reducer concatenates its files' blobs in input order, sorts
@@ -32,7 +32,7 @@ from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
 from lakecluster.compaction.rewrite_local import files_dataset
 from lakecluster.curves import argsort_keys
-from lakecluster.layout import assign_files, pieces
+from lakecluster.layout import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.storage import filesystem
 
@@ -142,11 +142,9 @@ def rewrite_in_tasks(spark: SparkSession, group: Group, spec: RewriteSpec) -> li
     cells, counts = _merge_counts(inputs.map(lambda s: _count_task(spec, s[1])).collect())
     if len(cells) == 0:
         return []
-    total = int(counts.sum())
-    target_rows = max(1, -(-total // max(spec.target_files, 1)))
-    file_of_cell = np.asarray(assign_files(counts.tolist(), target_rows), dtype=np.int64)
+    file_of_cell, plan_pieces = file_plan(counts, spec.target_files)
     rows_per_file = np.bincount(file_of_cell, weights=counts).astype(np.int64)
-    file_pieces = {f: pieces(int(r), target_rows) for f, r in enumerate(rows_per_file)}
+    file_pieces = dict(enumerate(plan_pieces.tolist()))
     files = len(rows_per_file)
     # Contiguous runs of output files per reducer, about REDUCER_BYTES of input each (a reducer
     # holds its files' rows while it sorts them), and at least one per core.

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from lakecluster.compaction.planner import file_run
-from lakecluster.layout import ClusteringLayout, assign_files, choose_levels, layout_fingerprint, pieces
+from lakecluster.layout import ClusteringLayout, choose_levels, file_plan, layout_fingerprint
 from lakecluster.sketches import BoundarySketches, ColumnSketch
 
 
@@ -33,16 +33,44 @@ def test_weights_shift_resolution_to_the_favoured_column() -> None:
     assert weighted[0] > even[0] and weighted[1] < even[1]
 
 
+def _files(cell_rows: list[int], target_files: int) -> tuple[list[int], list[int]]:
+    file_of_cell, pieces = file_plan(cell_rows, target_files)
+    return file_of_cell.tolist(), pieces.tolist()
+
+
 def test_cells_become_files_and_small_cells_are_merged_along_the_curve() -> None:
-    assert assign_files([100, 100, 100], 100) == [0, 1, 2]
-    assert assign_files([30, 30, 30, 100, 20], 100) == [0, 0, 0, 1, 2]
-    assert assign_files([10, 500, 10], 100) == [0, 1, 2]
+    assert _files([100, 100, 100], 3) == ([0, 1, 2], [1, 1, 1])
+    assert _files([30, 30, 30, 100, 20], 2) == ([0, 0, 0, 1, 1], [1, 1])
+    assert _files([10, 500, 10], 5) == ([0, 0, 0], [5])  # a heavy cell: pieces, not a sliver of its own
 
 
-def test_a_heavy_cell_is_cut_into_pieces_of_about_the_target() -> None:
-    assert pieces(1000, 100) == 10
-    assert pieces(120, 100) == 1
-    assert pieces(10, 100) == 1
+def test_a_group_never_becomes_more_files_than_asked() -> None:
+    # Cells of 0.6 files each: each was a file of its own (five files for three), and cells of
+    # uneven sizes (round cuts, skew) each added a small file.
+    assert _files([60] * 5, 3) == ([0, 0, 1, 2, 2], [1, 1, 1])
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        rows = rng.integers(1, 400, int(rng.integers(1, 60))).tolist()
+        files = int(rng.integers(1, 40))
+        file_of_cell, pieces = file_plan(rows, files)
+        assert int(pieces.sum()) <= files
+        assert (np.diff(file_of_cell) >= 0).all() and (np.diff(file_of_cell) <= 1).all() and file_of_cell[0] == 0
+        assert len(pieces) == file_of_cell[-1] + 1 and (pieces >= 1).all()
+
+
+def test_cuts_move_to_cell_boundaries_within_half_a_file() -> None:
+    # 4 files of 100 rows; the cells' boundaries lie 20 rows from two of the equal cuts: those
+    # files hold whole cells. The cut at 300 has no boundary within 50 rows: the last two cells
+    # are one run written as two pieces.
+    file_of_cell, pieces = file_plan([80, 140, 160, 20], 4)
+    assert file_of_cell.tolist() == [0, 1, 2, 2] and pieces.tolist() == [1, 1, 2]
+
+
+def test_cuts_leave_no_sliver_between_them() -> None:
+    # Boundaries at 149 and 151: the cuts at 100 and 200 would move to them and leave a file of
+    # two rows; the second is dropped (two files, not three with a sliver).
+    file_of_cell, pieces = file_plan([149, 2, 149], 3)
+    assert pieces.sum() == 2 and min(np.bincount(file_of_cell, weights=[149, 2, 149])) >= 75
 
 
 def test_run_and_generation_are_read_from_file_names() -> None:

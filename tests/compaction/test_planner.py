@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakecluster.compaction.planner import DataFile, plan_files, plan_live
+from lakecluster.compaction.planner import DataFile, Group, plan_files, plan_live
 from lakecluster.config import CompactionConfig
 
 MB = 1 << 20
@@ -61,3 +61,15 @@ def test_an_unpartitioned_table_of_settled_runs_plans_only_its_new_files() -> No
     got = plan_live(live_table([*settled, *fresh]).drop_columns(["partition.year"]), 3, [], CompactionConfig())
     assert [len(g.files) for g in got.groups] == [8]
     assert (got.files_total, got.bytes_total) == (1008, 1000 * 128 * MB + 8 * 4 * MB)
+
+
+def test_a_group_becomes_the_nearest_count_of_target_size_files() -> None:
+    # bench/ssb.py sizes files as input bytes // files: a group a few bytes over 300 files' worth
+    # made 301 files (the next count up), one more than the Delta layouts beside it.
+    target = 718_473
+    files = tuple(DataFile(f"part-{i:05d}.parquet", target + (1 if i < 100 else 0), 100, (), 0, None)
+                  for i in range(300))  # fmt: skip
+    group = Group((), files, 1, "cluster")
+    assert group.expected_files(target) == 300
+    assert Group((), files[:1], 1, "cluster").expected_files(10 * target) == 1
+    assert Group((), files[:3], 1, "cluster").expected_files(2 * target) == 2  # 1.5 files' worth
