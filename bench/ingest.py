@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.process_tree import tree_stats  # noqa: E402
 from tests.services.kafka import KafkaBroker as Broker  # noqa: E402 - the launcher the tests use
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -32,28 +33,7 @@ def tree_cpu_seconds() -> float:
     """CPU seconds (user + system) of this process and every live descendant, with the reaped
     children each has waited for: the driver, Spark's JVM, its Python workers and the broker. A
     run's share is the difference before and after it (the workers are reused, so they stay alive)."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        parents[int(entry)] = int(fields[1])
-        cpu[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    children: dict[int, list[int]] = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    total, pending = 0, [os.getpid()]
-    while pending:
-        pid = pending.pop()
-        total += cpu.get(pid, 0)
-        pending.extend(children.get(pid, []))
-    return total / _TICK
+    return sum(sum(int(x) for x in fields[11:15]) for fields in tree_stats(os.getpid()).values()) / _TICK
 
 
 def json_records(n: int) -> list[bytes]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -34,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.ingest import write_section  # noqa: E402
+from bench.process_tree import tree_stats  # noqa: E402
 from tests.services.kafka import KafkaBroker  # noqa: E402 - the launcher the tests use
 
 GIB = 1024**3
@@ -67,20 +67,6 @@ def produce(bootstrap: str, topic: str, records: int) -> None:
     (values.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
      .option("kafka.linger.ms", "50").option("kafka.batch.size", str(1 << 20))
      .option("kafka.compression.type", "lz4").save())  # fmt: skip
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        tree.setdefault(ppid, []).append(int(entry))
-    return tree
 
 
 def _memory(pid: int) -> tuple[int, int]:
@@ -119,10 +105,7 @@ class Sampler:
     def run(self) -> None:
         start = time.monotonic()
         while not self._stop.is_set():
-            tree, pids, i = _children(), [self.root], 0
-            while i < len(pids):
-                pids.extend(tree.get(pids[i], []))
-                i += 1
+            pids = list(tree_stats(self.root))
             by_kind: dict[str, int] = {}
             rss_total = 0
             for pid in pids:

@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.ingest import write_section  # noqa: E402
+from bench.process_tree import tree_stats  # noqa: E402
 from bench.skipping import compactor_config  # noqa: E402
 from bench.ssb import QUERIES  # noqa: E402
 
@@ -185,25 +186,7 @@ def queries(path: Path) -> dict:
 
 def _tree_rss_mb(root: int) -> float:
     """RSS of ``root`` and every descendant, from /proc."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid, ppid = int(entry), int(fields[1])
-        children.setdefault(ppid, []).append(pid)
-        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
-    return total / 2**20
+    return sum(int(fields[21]) for fields in tree_stats(root).values()) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def child(*args: str) -> tuple[dict, float]:
