@@ -51,10 +51,7 @@ class BackgroundCheckpoints:
         self._lock = threading.Condition()
         self._pending: dict[str, int] = {}  # table uri -> newest version due
         self._thread: threading.Thread | None = None
-        self._busy = False
         self._closed = False
-        self.written: list[tuple[str, int]] = []  # (uri, version), for logs and tests
-        self.failed: list[tuple[str, int, str]] = []
 
     def detach_hook(self, txn: Any) -> bool:
         """Take Delta's checkpoint hook out of the started transaction ``txn``; False when the
@@ -102,13 +99,7 @@ class BackgroundCheckpoints:
                 if not self._pending:
                     return
                 uri, version = self._pending.popitem()
-                self._busy = True
-            try:
-                self._write(uri, version)
-            finally:
-                with self._lock:
-                    self._busy = False
-                    self._lock.notify_all()
+            self._write(uri, version)
 
     def _write(self, uri: str, version: int) -> None:
         pause_point("background_checkpoint")
@@ -126,17 +117,11 @@ class BackgroundCheckpoints:
             if int(snapshot.version()) != version:
                 snapshot = delta_log.getSnapshotAt(version, none, none, none, False)
             delta_log.checkpoint(snapshot, none)
-            self.written.append((uri, version))
             log.debug("checkpoint of %s at version %d written", uri, version)
         except Exception as e:  # a checkpoint not written: readers replay more commits, nothing is lost
             text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            self.failed.append((uri, version, text))
             log.warning("the Delta checkpoint of %s at version %d was not written (readers replay the commits "
                         "since the previous one until the next): %s", uri, version, text)  # fmt: skip
-
-    def idle(self) -> bool:
-        with self._lock:
-            return not self._pending and not self._busy
 
     def close(self, timeout_s: float) -> bool:
         """Write what is due and stop the thread, waiting at most ``timeout_s``; True when nothing
