@@ -417,18 +417,22 @@ public class WorkloadListener implements QueryExecutionListener {
         }
         if (e instanceof In) {
             In in = (In) e;
-            String name = column(in.value());
-            scala.collection.Iterator<Expression> it = in.list().iterator();
-            while (it.hasNext()) {
-                Expression item = it.next();
-                if (!(item instanceof Literal)) {
-                    return null;
-                }
-                values.add(((Literal) item).value());
-            }
-            return name;
+            return literals(in, values) ? column(in.value()) : null;
         }
         return null;
+    }
+
+    /** Adds the values of {@code in}'s list; false (values partly added) when an item is not a literal. */
+    private static boolean literals(In in, List<Object> values) {
+        scala.collection.Iterator<Expression> it = in.list().iterator();
+        while (it.hasNext()) {
+            Expression item = it.next();
+            if (!(item instanceof Literal)) {
+                return false;
+            }
+            values.add(((Literal) item).value());
+        }
+        return true;
     }
 
     private static boolean in(StringBuilder json, Expression e, String op, int maxIn) {
@@ -437,13 +441,8 @@ public class WorkloadListener implements QueryExecutionListener {
         if (e instanceof In) {
             In in = (In) e;
             child = in.value();
-            scala.collection.Iterator<Expression> it = in.list().iterator();
-            while (it.hasNext()) {
-                Expression item = it.next();
-                if (!(item instanceof Literal)) {
-                    return false;
-                }
-                values.add(((Literal) item).value());
+            if (!literals(in, values)) {
+                return false;
             }
         } else {
             InSet in = (InSet) e;
