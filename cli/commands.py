@@ -423,7 +423,7 @@ def workload(ctx: Context) -> int:
         return 0
     table = _existing(ctx.table)
     expired = expire(table, config.workload) if args.expire else None
-    since = args.since if args.since is not None else config.workload.retention_days * 86_400
+    since = args.since if args.since is not None else config.workload.retention_s
     data = summary(read_capture(table, config.workload, since_s=since), table=table.uri, since_s=since, top=args.top)
     text = format_text(data)
     if expired is not None:

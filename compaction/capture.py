@@ -96,7 +96,7 @@ def read_capture(table: LakeTable, settings: WorkloadConfig, *, since_s: float |
     The newest files first, up to ``workload.max_bytes`` of them; returned oldest first.
     """
     now = time.time() if now is None else now
-    window = settings.retention_days * 86_400 if since_s is None else min(since_s, settings.retention_days * 86_400)
+    window = settings.retention_s if since_s is None else min(since_s, settings.retention_s)
     cutoff_ms = int((now - window) * 1000)
     fs, folder = table.filesystem(table.paths.workload)
     out = Capture(table.paths.workload)
@@ -326,7 +326,7 @@ def expire(table: LakeTable, settings: WorkloadConfig, *, now: float | None = No
     now = time.time() if now is None else now
     fs, folder = table.filesystem(table.paths.workload)
     report = ExpiryReport(table.paths.workload)
-    cutoff_ms = (now - settings.retention_days * 86_400) * 1000
+    cutoff_ms = (now - settings.retention_s) * 1000
     keep: list[pafs.FileInfo] = []
     for day in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
         if day.type != pafs.FileType.Directory or _DAY.match(day.base_name) is None:

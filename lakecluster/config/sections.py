@@ -224,6 +224,10 @@ class WorkloadConfig:
     max_in_values: int = 32
     max_bytes_per_app_day: int = 16 << 20
 
+    @property
+    def retention_s(self) -> float:
+        return self.retention_days * 86_400
+
 
 @dataclass(frozen=True)
 class RetryConfig:
