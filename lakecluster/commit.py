@@ -3,8 +3,10 @@ and the compactor's rewrites. (Vacuum is Delta's own ``VACUUM``.)
 
 Every commit goes through delta-spark's own ``OptimisticTransaction``, reached through py4j, so
 Delta writes the log: conflict checks, checkpoints, row tracking, in-commit timestamps, and the
-LogStore that makes the commit atomic between processes. A writer describes its commit as a
-:class:`CommitPlan`; :func:`commit` does the same steps for all of them:
+LogStore that makes the commit atomic between processes. (A writer may have its checkpoints
+written beside it instead of inside the commit call: ``checkpoints``, ``lakecluster/checkpoints.py``.)
+A writer describes its commit as a :class:`CommitPlan`; :func:`commit` does the same steps for all
+of them:
 
 1. start a transaction: the snapshot it reads is the newest one (Delta reads only new commits);
 2. ``precheck`` it: is this commit still wanted (an app transaction already recorded means a
