@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import re
 import zoneinfo
 from collections.abc import Iterator, Mapping
@@ -118,7 +119,7 @@ def _terms(inner: str, columns: Columns) -> Iterator[dict[str, Any]]:
         for nxt, _ in spans[s]:
             from_start[nxt] += from_start[s]
     common = [p for p in [*starts, n] if from_start[p] and to_end.get(p, 0) and from_start[p] * to_end[p] == total]
-    for a, b in zip(common, common[1:], strict=False):
+    for a, b in itertools.pairwise(common):
         way = [(nxt, t) for nxt, t in spans[a] if nxt == b]
         if len(way) == 1 and _ways(spans, a, b) == 1:
             yield way[0][1]
