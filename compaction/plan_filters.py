@@ -377,7 +377,8 @@ def _timestamp(text: str, kind: str, zone: dt.tzinfo | None) -> tuple[bool, Any]
         return False, None
     fraction = (m.group(7) or "").ljust(6, "0")
     try:
-        local = dt.datetime(*(int(g) for g in m.groups()[:6]), int(fraction))  # type: ignore[misc]
+        y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+        local = dt.datetime(y, mo, d, h, mi, sec, int(fraction))
     except ValueError:
         return False, None
     if kind == "timestamp_ntz":
