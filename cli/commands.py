@@ -411,7 +411,8 @@ def history(ctx: Context) -> int:
 
 def workload(ctx: Context) -> int:
     """``lakecluster workload``: what the query listener captured on the table; with
-    ``--listener-conf``, the settings that turn the listener on in an application."""
+    ``--listener-conf``, the settings that turn the listener on in an application; with
+    ``--import-eventlog``, the table's scans imported from Spark event logs."""
     from lakecluster.cli.workload import format_listener_conf, format_text, summary
     from lakecluster.compaction.capture import expire, read_capture
     from lakecluster.workload_listener import listener_conf, listener_jar
@@ -422,6 +423,13 @@ def workload(ctx: Context) -> int:
         emit(conf, format_listener_conf(conf), ctx.output)
         return 0
     table = _existing(ctx.table)
+    if args.import_eventlog:
+        from lakecluster.cli.workload import format_import
+        from lakecluster.compaction.eventlog_import import import_eventlogs
+
+        report = import_eventlogs(table, args.import_eventlog, config.workload)
+        emit(report.as_dict(), format_import(report), ctx.output)
+        return 0
     expired = expire(table, config.workload) if args.expire else None
     since = args.since if args.since is not None else config.workload.retention_s
     data = summary(read_capture(table, config.workload, since_s=since), table=table.uri, since_s=since, top=args.top)

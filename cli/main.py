@@ -147,6 +147,10 @@ def parser() -> argparse.ArgumentParser:
     wl.add_argument("--since", type=_age, metavar="AGE",
                     help="only queries of the last AGE, e.g. 7d, 12h, 30m (default workload.retention_days)")
     wl.add_argument("--top", type=_int_in(1, 1000), default=10, metavar="N", help="shapes shown (default 10)")
+    wl.add_argument("--import-eventlog", nargs="+", metavar="PATH",
+                    help="import the table's scans from Spark event logs (a log file, an eventlog_v2_ folder, or "
+                    "a spark.eventLog.dir folder) of applications without the listener, then exit; importing a log "
+                    "again adds nothing")  # fmt: skip
     wl.add_argument("--expire", action="store_true",
                     help="first delete capture files older than workload.retention_days or beyond workload.max_bytes "
                     "(the compactor does it on its vacuum schedule)")  # fmt: skip

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from lakecluster.compaction.capture import Capture, CapturedScan
+from lakecluster.compaction.eventlog_import import ImportReport
 from lakecluster.sizes import human_bytes
 
 
@@ -115,3 +116,20 @@ def format_text(data: dict[str, Any]) -> str:
 def format_listener_conf(conf: dict[str, str]) -> str:
     """One ``key=value`` line per setting, as ``spark-submit --conf`` and ``spark-defaults.conf`` take them."""
     return "\n".join(f"{key}={value}" for key, value in conf.items())
+
+
+def format_import(report: ImportReport) -> str:
+    """What ``--import-eventlog`` did: a line for the whole, one per application, one per log passed over."""
+    apps = report.applications
+    lines = [f"imported {report.imported_scans:,} scan(s) of {report.imported_executions:,} SQL execution(s) of "
+             f"{report.table} from {len(apps)} application(s) into {report.folder} ({report.files} file(s), "
+             f"{human_bytes(report.bytes)})"]  # fmt: skip
+    for a in apps:
+        skipped = "; ".join(f"{reason}: {n:,}" for reason, n in a.skipped.items())
+        malformed = f"; {a.malformed_lines:,} malformed line(s) skipped" if a.malformed_lines else ""
+        lines.append(f"  {a.app_id or '?'} ({a.app_name or '-'}) {a.log}: {a.executions:,} SQL execution(s), "
+                     f"{a.executions_of_table:,} scanned the table ({a.scans:,} scan(s)), {a.imported_executions:,} "
+                     f"imported{malformed}" + (f"; skipped: {skipped}" if skipped else ""))  # fmt: skip
+    for s in report.skipped_logs:
+        lines.append(f"  skipped {s['log']}: {s['reason']}")
+    return "\n".join(lines)

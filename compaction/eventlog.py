@@ -232,14 +232,16 @@ def read_log(fs: pafs.FileSystem, event_log: EventLog, *, schema: Mapping[str, s
         with fs.open_input_stream(part, compression=None) as stream:
             try:
                 for line_number, line in enumerate(lines(stream, codec, app), start=1):
-                    reader.line(line, part, line_number)
-                    if number == 0 and line_number == 1 and app.malformed:
+                    if number == 0 and line_number == 1 and not line.startswith(_PREFIX):
                         raise InputError(f"{event_log.path}: not a Spark event log (its first line is not a "
                                          "Spark listener event)")  # fmt: skip
+                    reader.line(line, part, line_number)
             except ValueError as e:
                 if isinstance(e, InputError):
                     raise
                 raise InputError(f"{event_log.path}: {e}") from None
+    if app.app_id is None and not app.records and not app.executions:
+        raise InputError(f"{event_log.path}: not a Spark event log, or one cut before the application started")
     app.unfinished = len(reader.running)
     return app
 
