@@ -44,7 +44,7 @@ _LOCATION = re.compile(r"^(\w+)\(1 paths\)\[(.*)\]$", re.DOTALL)
 _STATE = re.compile(r"Delta Table State(?: with Stats)? #(\d+) - (\S+?)/?_delta_log\b")
 _ACTION = re.compile(r"^([A-Za-z_$][\w$]*) at \S+:\d+$")
 _ROLLING_PART = re.compile(r"^events_(\d+)_")
-_PREFIX = b'{"Event":"'
+_EVENT = re.compile(rb'^\{\s*"Event"\s*:\s*"([^"]*)"')  # Spark writes each event's name first
 _DELTA_TYPES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
 _READ_CHUNK = 1 << 20
 
@@ -232,7 +232,7 @@ def read_log(fs: pafs.FileSystem, event_log: EventLog, *, schema: Mapping[str, s
         with fs.open_input_stream(part, compression=None) as stream:
             try:
                 for line_number, line in enumerate(lines(stream, codec, app), start=1):
-                    if number == 0 and line_number == 1 and not line.startswith(_PREFIX):
+                    if number == 0 and line_number == 1 and not _EVENT.match(line):
                         raise InputError(f"{event_log.path}: not a Spark event log (its first line is not a "
                                          "Spark listener event)")  # fmt: skip
                     reader.line(line, part, line_number)
@@ -274,10 +274,10 @@ class _Events:
     def line(self, line: bytes, part: str, number: int) -> None:
         if not line.strip():
             return
-        if not line.startswith(_PREFIX):
+        m = _EVENT.match(line)
+        if m is None:
             return self.malformed(part, number, "not a Spark listener event")
-        end = line.find(b'"', len(_PREFIX))
-        handler = self.handlers.get(line[len(_PREFIX) : end])
+        handler = self.handlers.get(m.group(1))
         if handler is None or (handler == self.task_end and not self.wanted - self.driver.keys()):
             return  # most lines (tasks, stages, jobs): nothing here needs them
         try:

@@ -96,3 +96,57 @@ def test_listener_conf_prints_the_lines_an_application_adds(tmp_path: Path) -> N
     assert conf["spark.lakecluster.workload.maxInValues"] == "64"
     assert conf["spark.lakecluster.workload.flushSeconds"] == "30"
     assert len(conf) == 4
+
+
+def _event_log(path: Path, table: Path) -> Path:
+    """A small event log in Spark's format: one application, one SQL execution scanning the table
+    with ``d_year = 1994`` (events as a real pyspark 4.x log has them; tests/compaction/test_eventlog.py
+    reads real ones)."""
+    sql = "org.apache.spark.sql.execution.ui."
+    scan = {"nodeName": "Scan parquet ", "simpleString": "FileScan parquet", "children": [],
+            "metadata": {"Location": f"PreparedDeltaFileIndex(1 paths)[file:{table}]", "ReadSchema": "struct<>",
+                         "DataFilters": "[]", "PartitionFilters": "[isnotnull(d_year#3), (d_year#3 = 1994)]"},
+            "metrics": [{"name": "number of files read", "accumulatorId": 41, "metricType": "sum"},
+                        {"name": "size of files read", "accumulatorId": 42, "metricType": "size"}]}  # fmt: skip
+    start_ms = int(NOW * 1000) - 5000
+    events = [{"Event": "SparkListenerLogStart", "Spark Version": "4.2.0"},
+              {"Event": "SparkListenerApplicationStart", "App Name": "dashboards", "App ID": "local-17"},
+              {"Event": sql + "SparkListenerSQLExecutionStart", "executionId": 3, "rootExecutionId": 3,
+               "description": "count at NativeMethodAccessorImpl.java:0", "sparkPlanInfo": scan, "time": start_ms},
+              {"Event": sql + "SparkListenerDriverAccumUpdates", "executionId": 3,
+               "accumUpdates": [[41, 2], [42, 900]]},
+              {"Event": sql + "SparkListenerSQLExecutionEnd", "executionId": 3, "time": start_ms + 700,
+               "errorMessage": ""}]  # fmt: skip
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+def test_import_eventlog_writes_records_the_workload_command_reads(tmp_path: Path) -> None:
+    table = write_ssb_table(tmp_path / "lineorder")
+    log = _event_log(tmp_path / "local-17", table)
+    proc = run_cli("--set", f"table.path={table}", "workload", "--import-eventlog", str(log), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["imported_scans"], report["files"]) == (1, 1)
+    assert report["applications"][0]["app_id"] == "local-17"
+    (record,) = [json.loads(f.read_text()) for f in (table / "_lakecluster" / "workload").rglob("*.jsonl")]
+    assert record["partition_filters"] == [{"column": "d_year", "type": "int", "op": "=", "value": 1994}]
+    assert [record[k] for k in ("query", "duration_ms", "files_read", "bytes_read")] == ["count", 700, 2, 900]
+    shown = json.loads(run_cli("--set", f"table.path={table}", "workload", "--json", cwd=tmp_path).stdout)
+    assert [(s["shape"], s["scans"]) for s in shown["shapes"]] == [("d_year =", 1)]
+    again = run_cli("--set", f"table.path={table}", "workload", "--import-eventlog", str(log), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("imported 0 scan(s)") and "imported before: 1" in again.stdout
+
+
+def test_import_eventlog_of_a_missing_path_or_another_file_is_one_line(tmp_path: Path) -> None:
+    table = write_ssb_table(tmp_path / "lineorder")
+    missing = run_cli("--set", f"table.path={table}", "workload", "--import-eventlog", str(tmp_path / "no"),
+                      cwd=tmp_path)  # fmt: skip
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "no such file or folder (give a Spark event log" in missing.stderr
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\n")
+    wrong = run_cli("--set", f"table.path={table}", "workload", "--import-eventlog", str(other), cwd=tmp_path)
+    assert wrong.returncode == 2 and wrong.stderr == f"lakecluster: {other}: not a Spark event log (its first line " \
+        "is not a Spark listener event)\n"
