@@ -1,9 +1,9 @@
 """The subcommands. Read-only ones (``status``, ``compact --dry-run`` (with ``--where`` or ``--full``
 too), ``explain`` without ``--sync``, ``boundaries``, ``tune``, ``report``, ``index show``, ``vacuum
---dry-run``, ``workload`` without ``--expire``, ``config``) never write to the table; a missing table
-is a one-line error, raised before Spark starts. ``config`` does not look at the table at all.
-Everything that can be checked without Spark (metrics port, table location, schema, broker) is
-checked before Spark starts."""
+--dry-run``, ``workload`` without ``--expire`` or ``--import-eventlog``, ``config``) never write to
+the table; a missing table is a one-line error, raised before Spark starts. ``config`` does not look
+at the table at all. Everything that can be checked without Spark (metrics port, table location,
+schema, broker) is checked before Spark starts."""
 
 from __future__ import annotations
 
