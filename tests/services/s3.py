@@ -201,6 +201,28 @@ class S3Server:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        """Every object key under ``prefix`` as the server lists them (ListObjectsV2), sorted:
+        directory markers (keys ending in ``/``) included, which pyarrow's listings do not tell
+        apart from the folders it infers from keys."""
+        import xml.etree.ElementTree as ET
+
+        out: list[str] = []
+        token = None
+        while True:
+            query = {"list-type": "2", "prefix": prefix, **({"continuation-token": token} if token else {})}
+            encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote, safe="-_.~")
+            url = f"{self.endpoint}/{bucket}?{encoded}"
+            headers = sign_v4("GET", url, b"", {}, access_key=self.access_key, secret_key=self.secret_key,
+                              region=self.region)  # fmt: skip
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as response:
+                root = ET.fromstring(response.read())
+            ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+            out.extend(k.text or "" for k in root.iter(f"{ns}Key"))
+            token = root.findtext(f"{ns}NextContinuationToken")
+            if root.findtext(f"{ns}IsTruncated") != "true" or not token:
+                return sorted(out)
+
     # -- internals ----------------------------------------------------------------------------
 
     def _wait_ready(self, timeout_s: float) -> None:
