@@ -86,13 +86,15 @@ final class WorkloadWriter {
     }
 
     private static final class Buffer {
+        final String key;  // the table, whatever form the application named it in (tableKey)
         final Path root;
         Configuration hadoopConf;
         final StringBuilder lines = new StringBuilder();
         int records;
         long firstMs;
 
-        Buffer(Path root) {
+        Buffer(String key, Path root) {
+            this.key = key;
             this.root = root;
         }
     }
@@ -185,8 +187,8 @@ final class WorkloadWriter {
         }
         Buffer full = null;
         synchronized (this) {
-            String key = root.toString();
-            Buffer b = buffers.computeIfAbsent(key, k -> new Buffer(root));
+            String key = tableKey(root);
+            Buffer b = buffers.computeIfAbsent(key, k -> new Buffer(k, root));
             int bytes = line.length() + 1;
             if (pendingBytes + bytes > settings.maxPendingBytes) {
                 warnOnce("pending", "records dropped: more than " + settings.maxPendingBytes
@@ -230,7 +232,7 @@ final class WorkloadWriter {
     private Buffer take(String key) {
         Buffer b = buffers.remove(key);
         pendingBytes -= b.lines.length();
-        buffers.put(key, new Buffer(b.root));
+        buffers.put(key, new Buffer(key, b.root));
         return b;
     }
 
@@ -239,11 +241,11 @@ final class WorkloadWriter {
             long now = System.currentTimeMillis();
             String day = Instant.ofEpochMilli(now).atZone(ZoneOffset.UTC).toLocalDate().toString();
             byte[] body = b.lines.toString().getBytes(StandardCharsets.UTF_8);
-            String budgetKey = b.root + " " + day;
+            String budgetKey = b.key + " " + day;
             synchronized (this) {
                 long written = writtenToday.getOrDefault(budgetKey, 0L);
                 if (written + body.length > settings.maxBytesPerAppDay) {
-                    warnOnce("budget " + b.root, "records for " + b.root + " dropped until the end of the UTC day: "
+                    warnOnce("budget " + b.key, "records for " + b.root + " dropped until the end of the UTC day: "
                             + "this application wrote " + written + " bytes of them today "
                             + "(spark.lakecluster.workload.maxBytesPerAppDay)", null);
                     return;
@@ -278,9 +280,23 @@ final class WorkloadWriter {
             LOG.debug("wrote {} capture record(s) of {} to {}/{}", b.records, b.root, folder, name);
         } catch (Throwable t) {
             FAILED_WRITES.incrementAndGet();
-            warnOnce("write " + b.root, b.records + " workload record(s) of " + b.root
+            warnOnce("write " + b.key, b.records + " workload record(s) of " + b.root
                     + " not written (later failures for this table are logged at debug level)", t);
         }
+    }
+
+    /** One table's key, whatever form its root was named in: {@code s3a://b/t} and {@code s3://b/t}
+     * (and {@code s3n://}) are one table on S3, so one buffer, one file at a time and one daily
+     * budget per application. */
+    static String tableKey(Path root) {
+        String s = root.toString();
+        String lower = s.toLowerCase(java.util.Locale.ROOT);
+        for (String scheme : new String[] {"s3a://", "s3n://"}) {
+            if (lower.startsWith(scheme)) {
+                return "s3://" + s.substring(scheme.length());
+            }
+        }
+        return s;
     }
 
     static void warnOnce(String key, String message, Throwable t) {
