@@ -200,13 +200,14 @@ def _write(fs: pafs.FileSystem, folder: str, day: str, token: str, chunk: list[s
     digest = hashlib.sha256(f"{token} {executions}".encode()).hexdigest()[:6]
     name = f"{newest:013d}-{token}-{executions[0] % 1_000_000:06d}-ev{digest}.jsonl"
     day_folder = f"{folder}/day={day}"
-    fs.create_dir(day_folder, recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):  # written whole under a hidden name, then renamed
+        fs.create_dir(day_folder, recursive=True)
         hidden = f"{day_folder}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
         with fs.open_output_stream(hidden) as out:
             out.write(body)
         fs.move(hidden, f"{day_folder}/{name}")
-    else:  # an object store makes the object visible whole
+    else:  # an object store makes the object visible whole, and has no folders to make (pyarrow's
+        # create_dir would PUT a marker object for every level, which the listener never writes)
         with fs.open_output_stream(f"{day_folder}/{name}") as out:
             out.write(body)
     log.debug("imported %d record(s) into %s/%s", len(records), day_folder, name)
