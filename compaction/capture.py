@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -321,7 +322,8 @@ def expire(table: LakeTable, settings: WorkloadConfig, *, now: float | None = No
     ``workload.max_bytes``, the oldest others; and writers' temporary files left by a crash.
 
     Only files named as the listener names them, inside day folders of the table's workload
-    folder, are ever deleted (and then the day folders left empty).
+    folder, are ever deleted (and then the day folders left empty: on an object store, those
+    before the retention only, see :func:`_remove_empty_day`).
     """
     now = time.time() if now is None else now
     fs, folder = table.filesystem(table.paths.workload)
@@ -352,16 +354,34 @@ def expire(table: LakeTable, settings: WorkloadConfig, *, now: float | None = No
         else:
             report.kept_files += 1
             report.kept_bytes += info.size or 0
+    cutoff_day = dt.datetime.fromtimestamp(cutoff_ms / 1000, dt.UTC).date().isoformat()
     for day in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)):
-        if day.type == pafs.FileType.Directory and _DAY.match(day.base_name):
+        m = _DAY.match(day.base_name)
+        if day.type == pafs.FileType.Directory and m is not None:
             if not fs.get_file_info(pafs.FileSelector(day.path, allow_not_found=True)):
-                try:
-                    fs.delete_dir(day.path)
-                except OSError:
-                    pass  # a writer created a file in it meanwhile, or another expiry removed it
+                _remove_empty_day(fs, day.path, past_retention=m.group(1) < cutoff_day)
     if report.files:
         log.info("workload capture: deleted %d file(s), %d bytes from %s", report.files, report.bytes, folder)
     return report
+
+
+def _remove_empty_day(fs: pafs.FileSystem, path: str, *, past_retention: bool) -> None:
+    """Remove a day folder that was just listed empty, never a file a writer puts into it meanwhile.
+
+    A local folder is removed only while it is empty (``rmdir``; pyarrow's ``delete_dir`` would
+    delete what is in it). An object store has no such call: a folder there is a marker object
+    (pyarrow leaves one when it deletes a folder's last file, so emptied days are listed) and
+    deleting it deletes every key under it. So on a store only the days before the retention go,
+    which no writer writes into any more (the listener writes today's, the importer nothing older
+    than the retention); one emptied by the size bound goes once it is that old.
+    """
+    try:
+        if isinstance(fs, pafs.LocalFileSystem):
+            os.rmdir(path)
+        elif past_retention:
+            fs.delete_dir(path)
+    except OSError:
+        pass  # a writer created a file in it meanwhile, or another expiry removed it
 
 
 def _delete(fs: pafs.FileSystem, folder: str, info: pafs.FileInfo, report: ExpiryReport) -> None:
