@@ -176,6 +176,9 @@ class CompactionConfig:
     merge_fanout: int = 4
     max_generation: int = 6
     stop_timeout_s: float = 10.0
+    # Too little captured workload to choose a layout on (tune --from-workload, docs/tuning.md).
+    auto_layout_min_scans: int = 100
+    auto_layout_min_span_s: float = 3600.0
 
     def weights(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.column_weights.items()}

@@ -194,6 +194,9 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         raise ConfigError("compaction.local_rewrite_max_bytes", f"must be >= 0, got {c.local_rewrite_max_bytes}")
     if c.merge_fanout < 2:
         raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
+    _positive("compaction.auto_layout_min_scans", c.auto_layout_min_scans)
+    if c.auto_layout_min_span_s < 0:
+        raise ConfigError("compaction.auto_layout_min_span_s", f"must be >= 0, got {c.auto_layout_min_span_s}")
 
 
 def _validate_index(c: IndexConfig, t: TableConfig) -> None:
