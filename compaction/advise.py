@@ -251,6 +251,7 @@ class Advice:
     sample_rows: int
     ranked: list[Scored]
     withheld: str | None
+    actions: pa.Table  # the add actions of ``files``, with their stats (``snapshot_files``)
 
     @property
     def current(self) -> Scored:
@@ -285,7 +286,7 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     config = lake.config
     t = config.table
     table = lake.delta.open()
-    files, _ = snapshot_files(table, t.partition_by)
+    files, actions = snapshot_files(table, t.partition_by)
     used = {c for q in queries for c in q.columns}
     columns = [c.name for c in t.columns if c.name in used | set(current.clustering_columns) | set(t.partition_by)]
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
@@ -293,7 +294,7 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target)
     ranked = recommend(model, current, partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target)
-    return Advice(table.version(), files, sample.num_rows, ranked, withheld)
+    return Advice(table.version(), files, sample.num_rows, ranked, withheld, actions)
 
 
 def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int) -> str | None:
