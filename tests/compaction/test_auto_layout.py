@@ -18,6 +18,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from lakecluster import metrics
+from lakecluster.cli.status import layout_status
 from lakecluster.compaction.adoptions import Adoption, AdoptionStore
 from lakecluster.compaction.auto_layout import AutoLayout, file_hits, pending
 from lakecluster.compaction.loop import Compactor
@@ -161,8 +162,12 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
     used = compactor.auto.ledger.used(DeltaTable(config.table.path).version(), time.time() - 86_400)
     assert used > 0  # the re-cluster's bytes count against the day's budget, from the log
 
-    # A restarted compactor and `history` agree on the layout in effect.
+    # A restarted compactor, `status` and `history` agree on the layout in effect.
     assert Compactor(config, spark=spark).config.table.clustering_columns == adoption.clustering_columns
+    status = layout_status(LakeTable(config), _live(config)[0])
+    assert status["in_effect"]["adopted"] and status["adoption"]["id"] == adoption.id
+    assert status["in_effect"]["clustering_columns"] == list(adoption.clustering_columns)
+    assert status["relayout"] == {"files_left": 0, "bytes_left": 0}
     history = subprocess.run(lakecluster_cmd(f"--set=table.path={config.table.path}", "--json", "history"),
                              capture_output=True, text=True, env=subprocess_env(), timeout=120)  # fmt: skip
     data = json.loads(history.stdout)
