@@ -375,10 +375,12 @@ def tune(ctx: Context) -> int:
     from pathlib import Path
 
     from lakecluster.cli.report import writable_out
-    from lakecluster.cli.tune import advise, format_advice, format_text, write_page
+    from lakecluster.cli.tune import advise, advise_captured, format_advice, format_text, write_page
     from lakecluster.cli.tune import tune as run_tune
 
     args, table = ctx.args, ctx.table
+    if args.since is not None and not args.from_workload:
+        raise UsageError("--since", "applies to --from-workload only")
     if args.out:  # before the work: refused at once
         writable_out(Path(args.out), force=args.force, names=("tune.html",))
     data: dict[str, object] = {}
@@ -387,7 +389,10 @@ def tune(ctx: Context) -> int:
     if args.queries:
         workload = data["workload"] = advise(table, args.queries, args.sample_rows)
         texts.append(format_advice(workload))
-    if args.grid or not args.queries:
+    elif args.from_workload:
+        workload = data["workload"] = advise_captured(_existing(table), args.since, args.sample_rows)
+        texts.append(format_advice(workload))
+    if args.grid or not (args.queries or args.from_workload):
         thresholds = data["thresholds"] = run_tune(table, args.grid)
         texts.append(format_text(thresholds))
     text = "\n\n".join(texts)

@@ -14,6 +14,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from lakecluster.compaction.adoptions import AdoptionStore
 from lakecluster.errors import TableNotFoundError
 from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
@@ -37,7 +38,8 @@ def history(table: LakeTable, limit: int) -> dict[str, Any]:
     with ThreadPoolExecutor(PARALLEL_READS) as pool:
         commits = list(pool.map(location.commits_of, versions))
     entries = [describe(v, actions) for v, actions in zip(versions, commits, strict=True) if actions is not None]
-    return {"table": location.uri, "latest_version": latest, "versions": entries}
+    adoptions = [a.as_dict() for a in AdoptionStore(table).all()]
+    return {"table": location.uri, "latest_version": latest, "versions": entries, "adoptions": adoptions}
 
 
 def describe(version: int, actions: list[dict]) -> dict[str, Any]:
@@ -62,7 +64,11 @@ def describe(version: int, actions: list[dict]) -> dict[str, Any]:
 
 def _service(meta: dict[str, Any], info: dict[str, Any]) -> str:
     if meta.get("operation") == "compaction":
-        return f"compactor (generation {meta.get('generation')}, run {meta.get('run')})"
+        step = ""
+        if meta.get("adoption"):  # a step of the re-clustering to a layout the layout loop adopted
+            step = (f"; re-cluster to adopted layout {meta['adoption']}, {meta.get('relayout_files_left', '?')} "
+                    "file(s) left before it")  # fmt: skip
+        return f"compactor (generation {meta.get('generation')}, run {meta.get('run')}{step})"
     if "stream" in meta:
         return f"stream {meta['stream']}, batch {meta.get('batch')}"
     return str(info.get("engineInfo") or "?")
@@ -110,6 +116,11 @@ def format_text(data: dict[str, Any]) -> str:
             f"files +{e['files_added']} -{e['files_removed']}{rows}, "
             f"bytes +{human_bytes(e['bytes_added'])} -{human_bytes(e['bytes_removed'])}{took}"
         )
+    for a in data.get("adoptions", []):
+        gain = a["predicted"].get("gain")
+        lines.append(f"layout {a['number']} adopted {_iso(a['time'] * 1000)} by {a['by'] or '?'}: clustering columns "
+                     f"{', '.join(a['clustering_columns'])} (weights {', '.join(f'{w:g}' for w in a['weights'])})"
+                     + (f", predicted {gain:.0%} fewer files read per captured scan" if gain is not None else ""))
     return "\n".join(lines)
 
 

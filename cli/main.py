@@ -132,8 +132,15 @@ def parser() -> argparse.ArgumentParser:
     tu.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                     help="a threshold and its values, e.g. target_file_bytes=64MiB,128MiB (repeatable; "
                     "default: half/current/double target_file_bytes x merge_fanout)")  # fmt: skip
-    tu.add_argument("--queries", metavar="FILE", help="a file of the workload's WHERE clauses, one per line: "
-                    "recommend clustering columns, weights and partitioning for it")  # fmt: skip
+    source = tu.add_mutually_exclusive_group()
+    source.add_argument("--queries", metavar="FILE", help="a file of the workload's WHERE clauses, one per line: "
+                        "recommend clustering columns, weights and partitioning for it")  # fmt: skip
+    source.add_argument("--from-workload", action="store_true",
+                        help="recommend them for the workload the query listener captured (docs/workload.md), each "
+                        "distinct query weighted by its scans")  # fmt: skip
+    tu.add_argument("--since", type=_age, metavar="AGE",
+                    help="with --from-workload: only queries of the last AGE, e.g. 7d, 12h (default "
+                    "workload.retention_days)")  # fmt: skip
     tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")

@@ -11,7 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from lakecluster.cli.stream_progress import batch_progress, format_progress
+from lakecluster.compaction.adoptions import AdoptionStore
+from lakecluster.compaction.auto_layout import effective, pending
 from lakecluster.compaction.monitor import observe
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.sizes import human_bytes
@@ -30,9 +35,32 @@ def table_status(table: LakeTable, source: Source, *, lag_timeout_s: float = 5.0
     _, files = table.live_files().snapshot()
     sizes = PartitionSizes.of_live_files(files, table.config.table.partition_by)
     out["partitions"] = sizes.as_dict(table.config.compaction.target_file_bytes)
+    out["layout"] = layout_status(table, files)
     lag = source.measure_lag(table, lag_timeout_s)
     if lag is not None:
         out["lag"] = lag
+    return out
+
+
+def layout_status(table: LakeTable, files: pa.Table) -> dict[str, Any]:
+    """The layout loop (``compaction.auto_layout``): the layout in effect, the adopted one and the
+    re-clustering's progress, and the compactor's last recommendation (``_lakecluster/layout/``)."""
+    config = table.config
+    store = AdoptionStore(table)
+    adoption = store.latest()
+    in_effect = effective(config, adoption)
+    columns = in_effect.table.clustering_columns
+    weights = in_effect.compaction.weights()
+    out: dict[str, Any] = {
+        "mode": config.compaction.auto_layout,
+        "in_effect": {"clustering_columns": list(columns), "column_weights": {c: weights.get(c, 1.0) for c in columns},
+                      "adopted": in_effect is not config},
+        "adoption": None if adoption is None else adoption.as_dict(),
+        "recommendation": store.recommendation(),
+    }
+    if adoption is not None and in_effect is not config:
+        left = files.filter(pc.is_in(files["path"], value_set=pending(files, adoption.fingerprint)))
+        out["relayout"] = {"files_left": left.num_rows, "bytes_left": int(pc.sum(left["size"]).as_py() or 0)}
     return out
 
 
@@ -123,6 +151,7 @@ def format_text(s: dict[str, Any]) -> str:
     last = "never" if rewrite is None else f"version {rewrite['version']}, {_ago(rewrite['seconds_ago'])}"
     lines.append(f"compaction {comp['pending_groups']} group(s) pending ({human_bytes(comp['pending_bytes'])}); "
                  f"last rewrite {last}")
+    lines.extend(_layout_lines(s.get("layout")))
     vac = s["vacuum"]["last_run"]
     lines.append("vacuum     " + ("never" if vac is None else f"version {vac['version']}, {_ago(vac['seconds_ago'])}"))
     for stream, info in s["streams"].items():
@@ -137,3 +166,37 @@ def format_text(s: dict[str, Any]) -> str:
             lines.append(f"lag        {lag['records']:,} records" + (
                 " (most: " + ", ".join(f"{tp} {n:,}" for tp, n in worst) + ")" if lag["records"] else ""))
     return "\n".join(lines)
+
+
+def _layout_lines(layout: dict[str, Any] | None) -> list[str]:
+    if layout is None:
+        return []
+    now = layout["in_effect"]
+    weights = now["column_weights"]
+    columns = ", ".join(f"{c} x{w:g}" if len(set(weights.values())) > 1 else c for c, w in weights.items())
+    adoption = layout["adoption"]
+    origin = "configured"
+    if now["adopted"]:
+        origin = f"adopted layout {adoption['number']}, {_ago(time.time() - adoption['time'])}"
+    lines = [f"layout     {columns} ({origin}); compaction.auto_layout = {layout['mode']}"]
+    if adoption is not None and not now["adopted"]:
+        lines.append(f"           adopted layout {adoption['number']} ({', '.join(adoption['clustering_columns'])}) is "
+                     "not in effect: compaction.auto_layout is not apply")  # fmt: skip
+    if "relayout" in layout:
+        r = layout["relayout"]
+        lines.append(f"           re-clustering: {r['files_left']:,} file(s), {human_bytes(r['bytes_left'])} left" if
+                     r["files_left"] else "           re-clustering: done, every compacted file is on this layout")
+    rec = layout["recommendation"]
+    if rec is not None:
+        when = _ago(time.time() - rec["time"])
+        best = rec.get("recommended")
+        if best is None:
+            lines.append(f"           recommended ({when}, {rec['scans']:,} scans): nothing: {rec['decision']}")
+        else:
+            part = f" | partition_by {', '.join(best['partition_by'])}" if best["partition_by"] else ""
+            cur = (rec.get("current") or {}).get("files_read_per_scan", 0.0)
+            lines.append(f"           recommended ({when}, {rec['scans']:,} scans): "
+                         f"{', '.join(best['clustering_columns'])}{part}; files read per scan {cur:,.1f} -> "
+                         f"{best['files_read_per_scan']:,.1f} ({rec['gain']:.0%} fewer with the table's "
+                         f"partitioning); {rec['decision']}")  # fmt: skip
+    return lines

@@ -9,17 +9,21 @@ bytes rewritten, the trade every threshold makes.
 
 from __future__ import annotations
 
+import datetime
 import html
 import statistics
 from pathlib import Path
 from typing import Any
 
 from lakecluster import plots
-from lakecluster.compaction.advise import Candidate, Scored, WorkloadModel, recommend, sample_rows
+from lakecluster.compaction.advise import Advice, Candidate, Scored, current_candidate, layout_advice
+from lakecluster.compaction.capture import read_capture
+from lakecluster.compaction.captured import CapturedQuery, captured_queries, too_little
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
-from lakecluster.compaction.workload import WorkloadError, parse_workload
+from lakecluster.compaction.workload import Query, WorkloadError, parse_workload
+from lakecluster.config import Config
 from lakecluster.errors import LakeclusterError, UsageError
 from lakecluster.sizes import human_bytes, mebibytes
 from lakecluster.suggest import did_you_mean
@@ -136,7 +140,7 @@ def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str,
         body.append("<h2>Thresholds</h2><p>One dot per setting (hover for it); red: the current one. Lower is "
                     f"better skipping, left is less rewriting.</p>{grid_svg(thresholds)}"
                     f"<pre>{html.escape(format_text(thresholds))}</pre>")  # fmt: skip
-    if workload is not None:
+    if workload is not None and workload["candidates"]:
         body.append("<h2>Layouts for the workload</h2><p>Mean files a query of the workload reads, per candidate "
                     f"layout; red: the current one.</p>{advice_svg(workload)}"
                     f"<pre>{html.escape(format_advice(workload))}</pre>")  # fmt: skip
@@ -154,50 +158,80 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise WorkloadError(f"cannot read the workload file: {e}").in_file(f"--queries {queries_path}") from None
-    t = config.table
     try:
-        queries = parse_workload(lines, t.columns)
+        queries = parse_workload(lines, config.table.columns)
+        advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit)
     except WorkloadError as e:
         raise e.in_file(queries_path) from None
-    table = lake.delta.open()
-    files, _ = snapshot_files(table, t.partition_by)
-    used = {c for q in queries for c in q.columns}
-    columns = [c.name for c in t.columns if c.name in used | set(t.clustering_columns) | set(t.partition_by)]
-    sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
-    table_bytes = sum(f.size for f in files)
-    try:
-        model = WorkloadModel(queries, sample, weights, table_bytes, config.compaction.target_file_bytes)
-    except WorkloadError as e:
-        raise e.in_file(queries_path) from None
-    weights = config.compaction.weights()
-    current = Candidate(t.clustering_columns, tuple(weights.get(c, 1.0) for c in t.clustering_columns),
-                        t.partition_by, current=True)  # fmt: skip
-    ranked = recommend(model, current)
-    withheld = _why_no_recommendation(ranked, PartitionSizes.of_data_files(files), config.compaction.target_file_bytes)
+    return {"workload": queries_path, "queries": len(queries), **_advice_data(lake, queries, advice)}
 
+
+def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int) -> dict[str, Any]:
+    """Candidate layouts for the workload the query listener captured (``--from-workload``): one query
+    per distinct set of predicates, weighted by its scans (``compaction.captured``)."""
+    config = lake.config
+    since = config.workload.retention_s if since_s is None else since_s
+    capture = read_capture(lake, config.workload, since_s=since)
+    captured = captured_queries(capture.scans, [c.name for c in config.table.columns])
+    queries = [c.query for c in captured]
+    source = {"workload": f"captured workload of the last {_age_text(since)} ({lake.paths.workload})",
+              "from_workload": True, "since_s": since, "scans": len(capture.scans), "queries": len(queries),
+              "capture_files": capture.files, "skipped": capture.skipped,
+              "first_scan": _iso_ms(capture.scans[0].time_ms) if capture.scans else None,
+              "last_scan": _iso_ms(capture.scans[-1].time_ms) if capture.scans else None}  # fmt: skip
+    withheld = too_little(capture, captured, config.compaction)
+    if withheld is not None:
+        return {**source, "table": lake.uri, "recommended": None, "no_recommendation": withheld, "candidates": [],
+                "current": None, "query_text": [q.text for q in queries], "shapes": _shapes(captured, None, None)}
+    advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit)
+    data = _advice_data(lake, queries, advice)
+    data["shapes"] = _shapes(captured, data["current"], data["recommended"])
+    return {**source, **data}
+
+
+def _shapes(captured: list[CapturedQuery], current: dict[str, Any] | None,
+            best: dict[str, Any] | None) -> list[dict[str, Any]]:  # fmt: skip
+    """Per captured query (costliest now first): scans, share, files read (observed and predicted)."""
+    scans = sum(c.scans for c in captured) or 1
+    out = []
+    for i, c in enumerate(captured):
+        mean = c.mean_files_read
+        out.append({"query": c.query.text, "shape": c.shape, "scans": c.scans, "share": round(c.scans / scans, 4),
+                    "observed_files_read": None if mean is None else round(mean, 2),
+                    "predicted_files_read": None if current is None else current["files_read"][i],
+                    "recommended_files_read": None if best is None else best["files_read"][i]})  # fmt: skip
+    return out
+
+
+def _current(config: Config) -> Candidate:
+    t = config.table
+    return current_candidate(t.clustering_columns, config.compaction.weights(), t.partition_by)
+
+
+def _advice_data(lake: LakeTable, queries: list[Query], advice: Advice) -> dict[str, Any]:
     def row(s: Scored) -> dict[str, Any]:
         return {**s.candidate.describe(), "files": s.files, "mean_files_read": round(s.mean_files_read, 2),
                 "median_files_read": statistics.median(s.files_read), "max_files_read": max(s.files_read),
                 "files_read": [round(x, 1) for x in s.files_read]}  # fmt: skip
 
-    return {"table": lake.uri, "version": table.version(), "workload": queries_path, "queries": len(queries),
-            "query_text": [q.text for q in queries], "sample_rows": sample.num_rows,
-            "table_rows": sum(f.rows for f in files), "table_bytes": table_bytes,
-            "target_file_bytes": config.compaction.target_file_bytes,
-            "candidates": [row(s) for s in ranked], "recommended": None if withheld else row(ranked[0]),
-            "no_recommendation": withheld,
-            "current": row(next(s for s in ranked if s.candidate.current))}  # fmt: skip
+    best = advice.best
+    return {"table": lake.uri, "version": advice.version, "query_text": [q.text for q in queries],
+            "query_weights": [q.weight for q in queries], "sample_rows": advice.sample_rows,
+            "table_rows": advice.table_rows, "table_bytes": advice.table_bytes,
+            "target_file_bytes": lake.config.compaction.target_file_bytes,
+            "candidates": [row(s) for s in advice.ranked], "recommended": None if best is None else row(best),
+            "no_recommendation": advice.withheld, "current": row(advice.current)}  # fmt: skip
 
 
-def _why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int) -> str | None:
-    """Why the best-ranked layout is no better than the others (None: it is a recommendation)."""
-    if sizes.below_one_file(target_file_bytes):
-        return sizes.describe(target_file_bytes)
-    means = {round(s.mean_files_read, 6) for s in ranked}
-    if len(means) == 1:
-        return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
-                "the workload does not tell them apart")  # fmt: skip
-    return None
+def _age_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
+def _iso_ms(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
 
 
 def _layout(c: dict[str, Any]) -> str:
@@ -208,10 +242,20 @@ def _layout(c: dict[str, Any]) -> str:
 
 
 def format_advice(data: dict[str, Any]) -> str:
-    lines = [f"{data['workload']}: {data['queries']} queries; {data['table']} at version {data['version']}, "
+    captured = data.get("from_workload", False)
+    if captured:
+        span = f", {data['first_scan']} .. {data['last_scan']}" if data["first_scan"] else ""
+        head = (f"{data['workload']}: {data['scans']:,} scan(s) in {data['queries']:,} distinct quer(ies) (each weighs "
+                f"its scans){span}")  # fmt: skip
+    else:
+        head = f"{data['workload']}: {data['queries']} queries"
+    if not data["candidates"]:  # too little captured to score anything
+        return f"{head}; {data['table']}\n\nno recommendation: {data['no_recommendation']}; keep the current settings"
+    lines = [f"{head}; {data['table']} at version {data['version']}, "
              f"{human_bytes(data['table_bytes'])}, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
              f"target {human_bytes(data['target_file_bytes'])} per file", "",
-             "candidate layouts, best first (files a query of the workload reads):"]  # fmt: skip
+             "candidate layouts, best first (files a " + ("scan" if captured else "query") +
+             " of the workload reads):"]  # fmt: skip
     table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
     shown = data["candidates"][:SHOWN_CANDIDATES]
     if not any(c["current"] for c in shown):
@@ -225,6 +269,16 @@ def format_advice(data: dict[str, Any]) -> str:
                                enumerate(zip(r, widths, strict=True))) for r in table]  # fmt: skip
     best, now = data["recommended"], data["current"]
     lines.append("  * the current settings")
+    if captured:
+        lines += ["", "captured queries, costliest now first (scans, files a scan read: observed now, predicted "
+                  "for the current layout, for the recommended one):"]  # fmt: skip
+        for shape in data["shapes"][:SHOWN_QUERIES]:
+            observed = "-" if shape["observed_files_read"] is None else f"{shape['observed_files_read']:,.1f}"
+            after = "" if shape["recommended_files_read"] is None else f" -> {shape['recommended_files_read']:,.1f}"
+            lines.append(f"  {shape['scans']:>7,} {shape['share']:>6.1%}  observed {observed:>7}, predicted "
+                         f"{shape['predicted_files_read']:,.1f}{after}  {shape['query']}")  # fmt: skip
+        if len(data["shapes"]) > SHOWN_QUERIES:
+            lines.append(f"  ... {len(data['shapes']) - SHOWN_QUERIES} more in --json")
     if best is None:
         lines += ["", f"no recommendation: {data['no_recommendation']}; keep the current settings"]
         return "\n".join(lines)
@@ -235,11 +289,12 @@ def format_advice(data: dict[str, Any]) -> str:
         lines += ["  [compaction.column_weights]", *(f"  {k} = {v:g}" for k, v in best["column_weights"].items())]
     elif len(set(now["column_weights"].values())) > 1:
         lines.append("  (and no [compaction.column_weights]: equal weights)")
-    lines += ["", "files read per query, current -> recommended:"]
-    for i, text in enumerate(data["query_text"][:SHOWN_QUERIES]):
-        lines.append(f"  {now['files_read'][i]:>9,.1f} -> {best['files_read'][i]:<9,.1f} {text}")
-    if data["queries"] > SHOWN_QUERIES:
-        lines.append(f"  ... {data['queries'] - SHOWN_QUERIES} more in --json")
+    if not captured:
+        lines += ["", "files read per query, current -> recommended:"]
+        for i, text in enumerate(data["query_text"][:SHOWN_QUERIES]):
+            lines.append(f"  {now['files_read'][i]:>9,.1f} -> {best['files_read'][i]:<9,.1f} {text}")
+        if data["queries"] > SHOWN_QUERIES:
+            lines.append(f"  ... {data['queries'] - SHOWN_QUERIES} more in --json")
     lines += ["", "partition_by applies to a new table (it must match an existing one); column weights apply to "
               "the next rewrites (docs/tuning.md)."]  # fmt: skip
     return "\n".join(lines)

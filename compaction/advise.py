@@ -25,7 +25,6 @@ import dataclasses
 import functools
 import itertools
 import random
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,9 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
-from lakecluster.compaction.planner import DataFile
+from lakecluster.compaction.partition_sizes import PartitionSizes
+from lakecluster.compaction.planner import DataFile, snapshot_files
 from lakecluster.errors import LakeclusterError
 from lakecluster.layout import choose_levels
+from lakecluster.table import LakeTable
 
 from .workload import Predicate, Query, WorkloadError
 
@@ -68,10 +69,13 @@ class Scored:
     candidate: Candidate
     files: int
     files_read: list[float] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)  # per query, its ``Query.weight``
 
     @property
     def mean_files_read(self) -> float:
-        return sum(self.files_read) / len(self.files_read)
+        """Files read per query, each query counted ``weight`` times (1 each for a workload file)."""
+        weights = self.weights or [1.0] * len(self.files_read)
+        return sum(w * f for w, f in zip(weights, self.files_read, strict=True)) / sum(weights)
 
 
 def sample_rows(dataset: pds.Dataset, files: Sequence[DataFile], columns: Sequence[str], limit: int,
@@ -141,8 +145,15 @@ class WorkloadModel:
             raise WorkloadError(f"cannot compare {p.column} ({column.type}) with the query's value: {e}: "
                                 f"{query.text}", line=query.line) from None  # fmt: skip
 
-    def usage(self) -> Counter[str]:
-        return Counter(c for q in self.queries for c in q.columns if c in self.sample.column_names)
+    def usage(self) -> dict[str, float]:
+        """How often each column is filtered on, each query counted ``weight`` times; most used
+        first (on a tie, the first one the workload names)."""
+        used: dict[str, float] = {}
+        for q in self.queries:
+            for c in sorted(q.columns, key=[p.column for p in q.predicates].index):
+                if c in self.sample.column_names:
+                    used[c] = used.get(c, 0.0) + q.weight
+        return dict(sorted(used.items(), key=lambda kv: -kv[1]))
 
     def partition_columns(self) -> list[str]:
         return [c for c in self.usage() if self.ndv[c] <= MAX_PARTITIONS]
@@ -153,7 +164,7 @@ class WorkloadModel:
         caps = [self.ndv[c] for c in cols]
         levels = {int(n): choose_levels(n, caps, candidate.weights) for n in np.unique(view.files)}
         level_rows = np.array([levels[int(n)] for n in view.files], dtype=float)  # partitions x columns
-        scored = Scored(candidate, int(view.files.sum()))
+        scored = Scored(candidate, int(view.files.sum()), weights=[q.weight for q in self.queries])
         for q, shares in enumerate(view.shares):
             fraction = np.ones(len(view.files))
             for i, c in enumerate(cols):
@@ -194,12 +205,20 @@ class _Partitioned:
     read: list[np.ndarray] = field(default_factory=list)
 
 
-def recommend(model: WorkloadModel, current: Candidate | None) -> list[Scored]:
-    """Every candidate scored, best first: fewest files read on average, then the simpler layout."""
+def recommend(model: WorkloadModel, current: Candidate | None, *,
+              partitionings: Sequence[tuple[str, ...]] | None = None) -> list[Scored]:  # fmt: skip
+    """Every candidate scored, best first: fewest files read on average, then the simpler layout.
+
+    ``partitionings``: the partition columns candidates may have (default: none, or one filtered
+    column of at most ``MAX_PARTITIONS`` values); the compactor passes the table's own, which an
+    existing Delta table cannot change.
+    """
     scored = [model.score(current)] if current is not None else []
     seen = {(current.clustering_columns, current.weights, current.partition_by)} if current is not None else set()
-    ranked = [c for c, _ in model.usage().most_common()]
-    for partition in [(), *((c,) for c in model.partition_columns())]:
+    ranked = list(model.usage())
+    if partitionings is None:
+        partitionings = [(), *((c,) for c in model.partition_columns())]
+    for partition in partitionings:
         pool = [c for c in ranked if c not in partition][:MAX_COLUMNS]
         for size in range(1, len(pool) + 1):
             for cols in itertools.combinations(pool, size):
@@ -220,6 +239,73 @@ def recommend(model: WorkloadModel, current: Candidate | None) -> list[Scored]:
         return round(s.mean_files_read, 6), not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
 
     return sorted(scored, key=simplest_best)
+
+
+@dataclass
+class Advice:
+    """Candidate layouts for a workload scored on a sample of the table, best first, and why the
+    best is not recommended (``withheld``; None: it is)."""
+
+    version: int
+    files: list[DataFile]
+    sample_rows: int
+    ranked: list[Scored]
+    withheld: str | None
+    actions: pa.Table  # the add actions of ``files``, with their stats (``snapshot_files``)
+
+    @property
+    def current(self) -> Scored:
+        return next(s for s in self.ranked if s.candidate.current)
+
+    @property
+    def best(self) -> Scored | None:
+        return None if self.withheld else self.ranked[0]
+
+    @property
+    def table_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def table_rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+
+def current_candidate(columns: Sequence[str], weights: dict[str, float], partition_by: Sequence[str]) -> Candidate:
+    """The layout in effect, marked as the current one."""
+    return Candidate(tuple(columns), tuple(weights.get(c, 1.0) for c in columns), tuple(partition_by), current=True)
+
+
+def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candidate, sample_limit: int,
+                  partitionings: Sequence[tuple[str, ...]] | None = None) -> Advice:  # fmt: skip
+    """Score the candidate layouts for ``queries`` on a sample of ``lake``'s latest version.
+
+    Raises:
+        WorkloadError: a query compares a column with a value of another type.
+        LakeclusterError: the table has no rows.
+    """
+    config = lake.config
+    t = config.table
+    table = lake.delta.open()
+    files, actions = snapshot_files(table, t.partition_by)
+    used = {c for q in queries for c in q.columns}
+    columns = [c.name for c in t.columns if c.name in used | set(current.clustering_columns) | set(t.partition_by)]
+    sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
+    target = config.compaction.target_file_bytes
+    model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target)
+    ranked = recommend(model, current, partitionings=partitionings)
+    withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target)
+    return Advice(table.version(), files, sample.num_rows, ranked, withheld, actions)
+
+
+def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int) -> str | None:
+    """Why the best-ranked layout is no better than the others (None: it is a recommendation)."""
+    if sizes.below_one_file(target_file_bytes):
+        return sizes.describe(target_file_bytes)
+    means = {round(s.mean_files_read, 6) for s in ranked}
+    if len(means) == 1:
+        return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
+                "the workload does not tell them apart")  # fmt: skip
+    return None
 
 
 def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:

@@ -14,6 +14,7 @@ capture files past their retention or size bound (``compaction.capture.expire``,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -26,6 +27,8 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics, progress
+from lakecluster.compaction.adoptions import Adoption
+from lakecluster.compaction.auto_layout import AutoLayout, capped, effective, fingerprint_of, pending
 from lakecluster.compaction.capture import expire
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.monitor import TableMonitor
@@ -130,10 +133,15 @@ class Compactor:
         Raises:
             TableNotFoundError: there is no table (the compactor never creates one).
         """
+        self.base_config = config  # as loaded (and reloaded); ``config`` is it with the adopted layout applied
         self.config = config
         self.table = table = table or LakeTable(config)
         if not table.delta.exists():  # read-only: a missing table is an error, never created here
             raise TableNotFoundError(table.uri)
+        self.auto = AutoLayout(table)
+        self.adoption: Adoption | None = None  # the adopted layout in effect (compaction.auto_layout = apply)
+        self._relayout_left = (0, 0)  # files, bytes the layout loop has left to re-cluster (as last planned)
+        self._refused: str | None = None  # an adoption this configuration cannot take (logged once)
         self.spec = table.spec
         self.live = table.live_files()
         self._without_stats = WithoutStatsWarning(table.uri, config.skipping_columns)
@@ -163,6 +171,7 @@ class Compactor:
         for kind in FAULT_KINDS:
             metrics.SERVICE_FAILURES.labels(HEALTH_NAME, kind)
         metrics.SERVICE_RESTARTS.labels(HEALTH_NAME)
+        self.follow_adoption()  # a layout adopted before this start is in effect from the first round
 
     @property
     def spark(self) -> SparkSession:
@@ -218,9 +227,86 @@ class Compactor:
     def _maybe_reload(self) -> None:
         if self.reloader is None or not self.reloader.due():
             return
-        self.config = self.reloader.reload(self.config)
-        self.monitor.config = self.config
+        self.base_config = self.reloader.reload(self.base_config)
+        self.follow_adoption()
+        self._apply_layout()
         metrics.COMPACTION_THRESHOLDS.info(thresholds(self.config))
+
+    # -- the layout loop (auto_layout.py) ---------------------------------------------------
+
+    def follow_adoption(self) -> None:
+        """Take the newest adopted layout (another compactor's too) when ``auto_layout = apply``;
+        the configured one otherwise."""
+        latest = self.auto.store.latest() if self.base_config.compaction.auto_layout == "apply" else None
+        t = self.base_config.table
+        data_columns = {c.name for c in t.columns} - set(t.partition_by)
+        if latest is not None and not set(latest.clustering_columns) <= data_columns:
+            if self._refused != latest.id:
+                self._refused = latest.id
+                log.warning("layout loop: adopted layout %d clusters by %s, which are not data columns of the table as "
+                            "configured; the configured layout stays in effect", latest.number,
+                            ", ".join(latest.clustering_columns))  # fmt: skip
+            latest = None
+        metrics.AUTO_LAYOUT_ADOPTION.set(latest.number if latest is not None else 0)
+        if (latest.id if latest else None) == (self.adoption.id if self.adoption else None):
+            return
+        self.adoption = latest
+        if latest is not None:
+            log.info("layout loop: clustering by adopted layout %d: %s (weights %s)", latest.number,
+                     ", ".join(latest.clustering_columns), ", ".join(f"{w:g}" for w in latest.weights))  # fmt: skip
+        self._apply_layout()
+
+    def _apply_layout(self) -> None:
+        """``config`` = the loaded one with the adopted layout; a new table handle when the clustering
+        columns change (its live files carry the stats of the clustering columns)."""
+        config = effective(self.base_config, self.adoption)
+        if config.table.clustering_columns != self.table.config.table.clustering_columns:
+            self.table = LakeTable(config)
+            self.live = self.table.live_files()
+            self.store = self.table.sketches()
+            self.monitor.table = self.auto.table = self.table
+            self._without_stats = WithoutStatsWarning(self.table.uri, config.skipping_columns)
+        if fingerprint_of(config) != fingerprint_of(self.config):
+            self._pending = None  # a --full pass re-clusters to the new layout from the files off it now
+        self.config = self.monitor.config = config
+
+    def _layout_loop(self, round_seconds: float) -> None:
+        """Between rounds: score layouts on the captured workload when due (``auto_layout.py``). A
+        failure is logged: the layout loop is never worth a round."""
+        self.auto.add_round(round_seconds)
+        if self.full or self.stopping or not self.auto.due(self.config):
+            return
+        try:
+            version, files = self.live.snapshot()
+            result = self.auto.evaluate(self.config, self.adoption, files, version)
+        except Exception as e:
+            log.warning("layout loop: scoring layouts on the captured workload failed (compaction goes on): %s",
+                        first_line(f"{type(e).__name__}: {e}"))  # fmt: skip
+            return
+        if result.adopted is not None or "following it" in result.decision:
+            self.follow_adoption()
+
+    def _auto_relayout(self, the_plan: Plan, files: pa.Table) -> Plan:
+        """The round's plan with groups re-clustering the files left on another layout in front, the
+        files the captured workload reads most first, as many as the day's byte budget allows."""
+        assert self.adoption is not None
+        todo = pending(files, self.fingerprint)
+        if not len(todo):
+            self._relayout_left = (0, 0)
+            metrics.RELAYOUT_PENDING_FILES.set(0)
+            metrics.RELAYOUT_PENDING_BYTES.set(0)
+            self.auto.note_budget(False, 0, 0)
+            return the_plan
+        budget = self.auto.budget(self.config, files, the_plan.table_version)
+        cfg = capped(self.config, budget["limit"])
+        relaid = with_relayout(the_plan, files, todo, self.fingerprint, self.spec.partition_by, cfg,
+                               priority=self.auto.priority, why=f"layout adoption {self.adoption.number}")  # fmt: skip
+        self._relayout_left = (relaid.relayout_files, relaid.relayout_bytes)
+        metrics.RELAYOUT_PENDING_FILES.set(relaid.relayout_files)
+        metrics.RELAYOUT_PENDING_BYTES.set(relaid.relayout_bytes)
+        groups, cut = self.auto.within_budget(relaid.groups, budget["left"])
+        self.auto.note_budget(cut and not any(g.relayout for g in groups), budget["limit"], budget["used"])
+        return dataclasses.replace(relaid, groups=groups)
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -258,6 +344,8 @@ class Compactor:
         version, files = self.in_scope()
         the_plan = plan_live(files, version, self.spec.partition_by, self.config.compaction)
         if not self.full:
+            if self.adoption is not None and self.config.compaction.auto_layout == "apply":
+                return self._auto_relayout(the_plan, files)
             return the_plan
         return with_relayout(the_plan, files, self._pass(files), self.fingerprint, self.spec.partition_by,
                              self.config.compaction)  # fmt: skip
@@ -311,6 +399,7 @@ class Compactor:
             LakeclusterError: a fault of storage, Spark or the commit (the service retries).
         """
         metrics.COMPACTION_RUNS.inc()
+        self.follow_adoption()  # one another compactor adopted since the last round
         self.sync_index()
         the_plan = self.plan()
         metrics.PENDING_GROUPS.set(len(the_plan.groups))
@@ -401,6 +490,10 @@ class Compactor:
             "seconds": f"{time.monotonic() - started:.1f}",  # planning to commit, for `lakecluster history`
             "rewrite": engine,
         }  # fmt: skip
+        if group.relayout and self.adoption is not None:  # a step of the re-clustering to an adopted layout
+            meta.update(adoption=str(self.adoption.number), adoption_id=self.adoption.id,
+                        relayout_files_left=str(self._relayout_left[0]),
+                        relayout_bytes_left=str(self._relayout_left[1]))  # fmt: skip
         metrics.COMPACTION_COMMIT_ATTEMPTS.inc()
         try:
             result = commit_rewrite(self.spark, self.table.delta, group, written, details=meta,
@@ -542,7 +635,9 @@ class Compactor:
             self._maybe_reload()
             wait = self.config.compaction.interval_s
             try:
+                started = time.monotonic()
                 self.run_once()
+                self._layout_loop(time.monotonic() - started)
                 if self.full:
                     files, size = self.relayout_left()
                     if not files:

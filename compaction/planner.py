@@ -60,6 +60,7 @@ class Group:
     files: tuple[DataFile, ...]
     generation: int  # of the run this group becomes
     reason: str
+    relayout: bool = False  # only re-clusters files written under another layout (relayout.py)
 
     @property
     def partition_values(self) -> dict[str, str | None]:

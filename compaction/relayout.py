@@ -18,7 +18,7 @@ off the layout.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -45,19 +45,23 @@ def still_pending(live: pa.Table, pending: pa.Array, fingerprint: str) -> pa.Tab
 
 
 def with_relayout(the_plan: Plan, live: pa.Table, pending: pa.Array, fingerprint: str,
-                  partition_by: Sequence[str], cfg: CompactionConfig) -> Plan:  # fmt: skip
+                  partition_by: Sequence[str], cfg: CompactionConfig, *,
+                  priority: Mapping[str, float] | None = None, why: str = "--full") -> Plan:  # fmt: skip
     """``the_plan`` with groups of the pending files it does not rewrite already put in front, the
     round's groups capped at ``max_groups_per_run``; ``relayout_files`` and ``relayout_bytes`` say
-    what is left of the pass (every round included)."""
+    what is left of the pass (every round included). ``priority``: a score per path, the files
+    scoring highest first (the layout loop's files the captured workload reads most)."""
     left = still_pending(live, pending, fingerprint)
     planned = {f.path for g in the_plan.groups for f in g.files}
     sizes = left["size"].to_numpy()
-    groups = _groups([f for f in _files(left, partition_by) if f.path not in planned], cfg)
+    groups = relayout_groups([f for f in data_files(left, partition_by) if f.path not in planned], cfg,
+                             priority=priority, why=why)  # fmt: skip
     return dataclasses.replace(the_plan, groups=(groups + the_plan.groups)[: cfg.max_groups_per_run],
                                relayout_files=left.num_rows, relayout_bytes=int(sizes.sum()))  # fmt: skip
 
 
-def _files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
+def data_files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
+    """The planner's files of rows of the live files' table."""
     values = {c: rows[c].to_pylist() for c in ["path", "size", "rows", "generation", "run"]}
     parts = {p: rows[f"partition.{p}"].to_pylist() for p in partition_by}
     return [
@@ -67,27 +71,36 @@ def _files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
     ]  # fmt: skip
 
 
-def _groups(files: list[DataFile], cfg: CompactionConfig) -> list[Group]:
+def relayout_groups(files: list[DataFile], cfg: CompactionConfig, *, priority: Mapping[str, float] | None = None,
+                    why: str = "--full") -> list[Group]:  # fmt: skip
     """Per partition, files of one run next to each other, cut at ``max_group_bytes`` (a file
     larger than that is a group of its own); each group becomes a run of the highest generation
-    among its files (at least 1), so settled data stays settled instead of climbing the tiers again."""
+    among its files (at least 1), so settled data stays settled instead of climbing the tiers again.
+
+    With ``priority``, the files scoring highest go first within each partition and the groups
+    are ordered by their files' total score (stable: the order above on a tie)."""
+    score = priority or {}
     by_partition: dict[tuple, list[DataFile]] = {}
-    for f in sorted(files, key=lambda f: (str(f.partition), -f.generation, f.run or "", f.path)):
+    for f in sorted(files, key=lambda f: (str(f.partition), -score.get(f.path, 0.0), -f.generation, f.run or "",
+                                          f.path)):  # fmt: skip
         by_partition.setdefault(f.partition, []).append(f)
     groups: list[Group] = []
     for partition, pfiles in by_partition.items():
         batch: list[DataFile] = []
         for f in pfiles:
             if batch and sum(b.size for b in batch) + f.size > cfg.max_group_bytes:
-                groups.append(_group(partition, batch))
+                groups.append(_group(partition, batch, why))
                 batch = []
             batch.append(f)
         if batch:
-            groups.append(_group(partition, batch))
+            groups.append(_group(partition, batch, why))
+    if score:
+        groups.sort(key=lambda g: -sum(score.get(f.path, 0.0) for f in g.files))
     return groups
 
 
-def _group(partition: tuple, files: list[DataFile]) -> Group:
+def _group(partition: tuple, files: list[DataFile], why: str) -> Group:
     generation = max(1, int(np.max([f.generation for f in files])))
     return Group(partition, tuple(files), generation,
-                 f"re-cluster {len(files)} file(s) not clustered under the current layout (--full)")  # fmt: skip
+                 f"re-cluster {len(files)} file(s) not clustered under the current layout ({why})",
+                 relayout=True)  # fmt: skip

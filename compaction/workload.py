@@ -49,9 +49,14 @@ class Predicate:
 
 @dataclass(frozen=True)
 class Query:
+    """One query of a workload; ``weight``: how many times it counts in the workload's mean (1 for a
+    line of a workload file, whose repeats count as separate queries; the number of scans of one
+    predicate set for a captured workload, ``compaction.captured``)."""
+
     line: int
     text: str
     predicates: tuple[Predicate, ...]
+    weight: float = 1.0
 
     @property
     def columns(self) -> set[str]:

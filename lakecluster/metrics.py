@@ -190,6 +190,35 @@ COMPACTION_LAST_SUCCESS = Gauge("lakecluster_compaction_last_success_timestamp_s
 COMPACTION_THRESHOLDS = Info("lakecluster_compaction_thresholds", "The compaction thresholds in effect",
                              registry=REGISTRY)  # fmt: skip
 
+AUTO_LAYOUT_GAIN = Gauge("lakecluster_auto_layout_predicted_gain_ratio",
+                         "Share of files read per captured scan the recommended layout saves against the one in "
+                         "effect (0: no better layout, or too little workload)", registry=REGISTRY)  # fmt: skip
+AUTO_LAYOUT_FILES_READ = Gauge("lakecluster_auto_layout_files_read_estimate",
+                               "Files a captured scan reads, predicted, under the layout in effect (current) and the "
+                               "recommended one", ["layout"], registry=REGISTRY)  # fmt: skip
+AUTO_LAYOUT_RECOMMENDATION = Info("lakecluster_auto_layout_recommendation",
+                                  "The layout the last scoring of the captured workload recommends", registry=REGISTRY)
+AUTO_LAYOUT_EVALUATION_SECONDS = Gauge("lakecluster_auto_layout_evaluation_seconds",
+                                       "Wall time of the last scoring of layouts on the captured workload",
+                                       registry=REGISTRY)  # fmt: skip
+AUTO_LAYOUT_EVALUATIONS = Counter("lakecluster_auto_layout_evaluations_total",
+                                  "Scorings of layouts on the captured workload", registry=REGISTRY)  # fmt: skip
+AUTO_LAYOUT_ADOPTIONS = Counter("lakecluster_auto_layout_adoptions_total",
+                                "Layouts this process adopted (compaction.auto_layout = apply)", registry=REGISTRY)
+AUTO_LAYOUT_ADOPTION = Gauge("lakecluster_auto_layout_adoption",
+                             "Number of the adopted layout in effect (0: the configured one)", registry=REGISTRY)
+RELAYOUT_PENDING_FILES = Gauge("lakecluster_relayout_pending_files",
+                               "Files still to re-cluster under the adopted layout", registry=REGISTRY)  # fmt: skip
+RELAYOUT_PENDING_BYTES = Gauge("lakecluster_relayout_pending_bytes",
+                               "Bytes of the files still to re-cluster under the adopted layout", registry=REGISTRY)
+RELAYOUT_BUDGET_BYTES = Gauge("lakecluster_relayout_budget_bytes",
+                              "Bytes the re-clustering may rewrite per rolling 24 h (compaction.rewrite_budget_bytes_"
+                              "per_day)", registry=REGISTRY)  # fmt: skip
+RELAYOUT_BUDGET_USED = Gauge("lakecluster_relayout_budget_used_bytes",
+                             "Bytes the re-clustering rewrote in the last 24 h (from the log)", registry=REGISTRY)
+RELAYOUT_BUDGET_EXHAUSTED = Gauge("lakecluster_relayout_budget_exhausted",
+                                  "1 while the re-clustering waits for its daily byte budget", registry=REGISTRY)
+
 TABLE_ROWS = Gauge("lakecluster_table_rows", "Rows in the live data files (from their stats)", registry=REGISTRY)
 TABLE_SMALL_FILES = Gauge("lakecluster_table_small_files", "Live data files smaller than compaction.min_file_bytes",
                           registry=REGISTRY)  # fmt: skip

@@ -176,6 +176,16 @@ class CompactionConfig:
     merge_fanout: int = 4
     max_generation: int = 6
     stop_timeout_s: float = 10.0
+    # The layout chosen from the captured workload (docs/tuning.md, "The layout loop").
+    auto_layout: Literal["off", "advise", "apply"] = "advise"
+    auto_layout_partitioning: bool = False
+    auto_layout_min_gain: float = 0.2
+    auto_layout_min_scans: int = 100
+    auto_layout_min_span_s: float = 3600.0
+    auto_layout_interval_s: float = 3600.0
+    auto_layout_sample_rows: int = 100_000
+    # Bytes a layout change may rewrite per rolling 24 h; none: half the table's bytes.
+    rewrite_budget_bytes_per_day: int | None = None
 
     def weights(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.column_weights.items()}

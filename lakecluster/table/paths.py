@@ -9,6 +9,7 @@ VACUUM never enters directories whose names start with ``_``)::
     <table>/_lakecluster/sketches/                         sketches of versions before stream ids
     <table>/_lakecluster/index/                            the column-stats index (index.path)
     <table>/_lakecluster/workload/day=<yyyy-mm-dd>/        captured queries (docs/workload.md)
+    <table>/_lakecluster/layout/                           layouts adopted from them (docs/tuning.md)
     <table>_quarantine                                     the quarantine table (table.quarantine_path)
 
 This module is the one place these paths are worked out.
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 SIDE_FOLDER = "_lakecluster"
 SKETCHES = "sketches"  # a stream's sketch folder, inside its own folder
 WORKLOAD = "workload"  # the query listener's capture files (lakecluster/jvm/WorkloadWriter.java)
+LAYOUT = "layout"  # layouts the compactor adopted from the captured workload (compaction/adoptions.py)
 
 
 def stream_id_of(config: Config) -> str:
@@ -88,6 +90,11 @@ class TablePaths:
     def workload(self) -> str:
         """``<table>/_lakecluster/workload``: the capture files of every application's query listener."""
         return f"{self.table}/{SIDE_FOLDER}/{WORKLOAD}"
+
+    @property
+    def layout(self) -> str:
+        """``<table>/_lakecluster/layout``: the adopted layouts and the last recommendation."""
+        return f"{self.table}/{SIDE_FOLDER}/{LAYOUT}"
 
     @property
     def locations(self) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from lakecluster.stream.generator import generate
 from lakecluster.table import LakeTable
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL, fill, generator_config
+from tests.workload_records import record, write
 
 pytestmark = pytest.mark.integration
 
@@ -103,3 +105,62 @@ def test_tune_names_the_bad_line_of_a_workload_in_one_line(tmp_path: Path) -> No
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(f"lakecluster: {workload} line 2: unknown column 'c_cty' (did you mean 'c_city'?)")
+
+
+def _captured(table: Path, nation_scans: int, quantity_scans: int) -> None:
+    """A capture of two queries over two hours: one on a nation, one on a range of quantities."""
+    t0 = time.time() * 1000 - 7_200_000
+    nation = [{"column": "c_nation", "type": "string", "op": "=", "value": "FRANCE"}]
+    quantity = [{"column": "lo_quantity", "type": "int", "op": ">=", "value": 10},
+                {"column": "lo_quantity", "type": "int", "op": "<=", "value": 12}]  # fmt: skip
+    lines = [record(t0 + i * 60_000, i, filters=nation, files_read=8) for i in range(nation_scans)]
+    lines += [record(t0 + 30_000 + i * 60_000, 1000 + i, filters=quantity, files_read=5) for i in range(quantity_scans)]
+    write(table, t0, lines)
+
+
+def test_tune_from_the_captured_workload_weighs_each_query_by_its_scans(tmp_path: Path) -> None:
+    layouts = {}
+    for name, nations, quantities in (("nations", 100, 10), ("quantities", 10, 100)):
+        table = tmp_path / name
+        _ssb_table(table, rows=40_000, files=8)
+        _captured(table, nations, quantities)
+        result = _tune(table, "--from-workload", "--sample-rows=20000", "--since=1d")
+        assert result.returncode == 0, result.stderr
+        advice = json.loads(result.stdout)["workload"]
+        assert advice["scans"] == 110 and advice["queries"] == 2 and advice["since_s"] == 86_400
+        assert sorted(advice["query_weights"]) == [10.0, 100.0]
+        # The costliest query now first, its files read as observed beside the model's prediction.
+        top = advice["shapes"][0]
+        assert top["scans"] == 100 and top["observed_files_read"] == (8 if name == "nations" else 5)
+        assert top["predicted_files_read"] == advice["current"]["files_read"][0]
+        best = advice["recommended"]
+        assert set(best["clustering_columns"]) | set(best["partition_by"]) <= {"c_nation", "lo_quantity"}
+        assert best["mean_files_read"] < advice["current"]["mean_files_read"]
+        # The frequent query is the one the recommended layout serves best.
+        assert top["recommended_files_read"] < advice["shapes"][1]["recommended_files_read"]
+        layouts[name] = best
+    # The same two queries at other frequencies: another layout.
+    assert layouts["nations"] != layouts["quantities"]
+
+    text = _tune(tmp_path / "nations", "--from-workload", "--sample-rows=20000", "--output=text")
+    assert "110 scan(s) in 2 distinct quer(ies)" in text.stdout and "observed     8.0" in text.stdout
+
+
+def test_tune_from_too_little_captured_workload_recommends_nothing_and_says_why(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    _ssb_table(table, rows=4_000, files=2)
+    _captured(table, 5, 5)
+    result = _tune(table, "--from-workload")
+    assert result.returncode == 0, result.stderr
+    advice = json.loads(result.stdout)["workload"]
+    assert advice["recommended"] is None and advice["scans"] == 10
+    assert advice["no_recommendation"].startswith("too little captured workload: 10 scan(s), fewer than "
+                                                  "compaction.auto_layout_min_scans (100)")  # fmt: skip
+    text = _tune(table, "--from-workload", "--output=text")
+    assert "no recommendation: too little captured workload" in text.stdout
+
+
+def test_tune_takes_queries_or_the_captured_workload_not_both(tmp_path: Path) -> None:
+    result = _tune(tmp_path / "missing", "--from-workload", f"--queries={tmp_path / 'q.sql'}")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "--queries: not allowed with argument --from-workload" in result.stderr

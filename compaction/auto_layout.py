@@ -1,0 +1,407 @@
+"""The layout loop: the compactor scores layouts on the captured workload between rounds and, in
+``apply`` mode, adopts a better one within guardrails (docs/tuning.md, "The layout loop").
+
+``compaction.auto_layout``:
+
+* ``off``: nothing here runs;
+* ``advise`` (the default): now and then the compactor scores the candidate layouts on the
+  captured workload as ``tune --from-workload`` does and shows the best (metrics, one log line
+  when it changes, ``recommendation.json`` for ``lakecluster status``); it changes nothing;
+* ``apply``: it also adopts the best layout with the table's partitioning when (1) it reads at
+  least ``auto_layout_min_gain`` fewer files per captured scan than the layout in effect, (2) the
+  rolling 24 h byte budget of re-clustering (``rewrite_budget_bytes_per_day``, default half the
+  table's bytes) has room for the re-cluster's first group, and (3) no earlier adoption still has
+  files to re-cluster. The adoption goes to ``_lakecluster/layout/`` (``adoptions.py``); the
+  compactor clusters by it from then on and re-clusters the files written under another layout
+  in its rounds, the files the captured workload reads most first, within the budget.
+
+Scoring costs at most about 5 % of the compactor's time: it runs only once the rounds since the
+last one took ``DUE_FACTOR`` times that scoring's wall time, and at most every
+``auto_layout_interval_s``.
+
+The budget is counted from the table's log, so every compactor and every restart sees the same:
+the bytes removed by commits whose metadata names an adoption (the re-cluster's groups) within
+the last 24 h.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakecluster import metrics
+from lakecluster.compaction.adoptions import Adoption, AdoptionStore
+from lakecluster.compaction.advise import Scored, column_scalar, current_candidate, layout_advice
+from lakecluster.compaction.capture import read_capture
+from lakecluster.compaction.captured import captured_queries, too_little
+from lakecluster.compaction.planner import Group
+from lakecluster.compaction.relayout import data_files, off_layout, relayout_groups
+from lakecluster.compaction.workload import Predicate, Query
+from lakecluster.config import CompactionConfig, Config
+from lakecluster.layout import layout_fingerprint
+from lakecluster.sizes import human_bytes
+from lakecluster.table import DeltaLocation, LakeTable, parse_user_metadata
+
+log = logging.getLogger(__name__)
+
+DUE_FACTOR = 20.0  # rounds take this many times a scoring's time between scorings: it costs <= 5 %
+DAY_S = 86_400.0
+PARALLEL_READS = 16  # commit files the budget's ledger reads at once
+
+
+def effective(config: Config, adoption: Adoption | None) -> Config:
+    """``config`` with the adopted layout's clustering columns and weights when ``apply`` is on;
+    otherwise the configured layout is the one in effect."""
+    if adoption is None or config.compaction.auto_layout != "apply":
+        return config
+    weights = {c: f"{w:g}" for c, w in adoption.column_weights.items()}
+    return dataclasses.replace(
+        config, table=dataclasses.replace(config.table, clustering_columns=adoption.clustering_columns),
+        compaction=dataclasses.replace(config.compaction, column_weights=weights),
+    )  # fmt: skip
+
+
+def fingerprint_of(config: Config) -> str:
+    c = config.compaction
+    return layout_fingerprint(config.table.clustering_columns, c.weights(), c.curve)
+
+
+def capped(config: Config, budget: int) -> CompactionConfig:
+    """The compaction settings with groups of at most the day's budget: a re-cluster group never
+    needs more than a day's budget, so the budget paces the re-cluster instead of stopping it."""
+    c = config.compaction
+    return dataclasses.replace(c, max_group_bytes=max(1, min(c.max_group_bytes, budget)))
+
+
+def pending(live: pa.Table, fingerprint: str) -> pa.Array:
+    """The files the layout loop re-clusters: written by a compaction (generation >= 1) under
+    another layout. The stream's new files are the tiered planner's, clustered as it rewrites them."""
+    compacted = live.filter(pc.greater_equal(live["generation"], 1))
+    return off_layout(compacted, fingerprint)
+
+
+@dataclass
+class Evaluation:
+    """One scoring of the layouts on the captured workload, and what became of it."""
+
+    time: float
+    mode: str
+    seconds: float = 0.0
+    scans: int = 0
+    queries: int = 0
+    current: dict[str, Any] | None = None  # the layout in effect and its files read per scan
+    recommended: dict[str, Any] | None = None  # the best layout (any partitioning allowed)
+    adoptable: dict[str, Any] | None = None  # the best with the table's partitioning
+    gain: float = 0.0  # 1 - adoptable / current files read per scan
+    decision: str = ""
+    adopted: int | None = None
+    recluster_bytes: int = 0
+    budget: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _describe(s: Scored) -> dict[str, Any]:
+    return {**s.candidate.describe(), "files_read_per_scan": round(s.mean_files_read, 3)}
+
+
+class RewriteLedger:
+    """Bytes the re-clustering rewrote in a window, from the log: the removes of commits whose
+    lakecluster metadata names an adoption. Each commit file is read once per process."""
+
+    def __init__(self, location: DeltaLocation) -> None:
+        self.location = location
+        self._seen: dict[int, tuple[float, int]] = {}  # version -> (commit time s, re-clustered bytes)
+        self._top = -1  # every version from the first one read up to this is in _seen (or out of the window)
+
+    def used(self, latest: int, since: float) -> int:
+        """Re-clustered bytes committed at or after ``since`` (epoch seconds), up to ``latest``."""
+        if self._top < 0:
+            version = latest
+            while version >= 0:  # backwards, in parallel pages, until a commit older than the window
+                page = list(range(version, max(-1, version - 4 * PARALLEL_READS), -1))
+                if not self._read(page, since):
+                    break
+                version = page[-1] - 1
+        elif latest > self._top:
+            self._read(list(range(self._top + 1, latest + 1)), since)
+        self._top = max(self._top, latest)
+        self._seen = {v: tb for v, tb in self._seen.items() if tb[0] >= since}
+        return sum(b for _, b in self._seen.values())
+
+    def _read(self, versions: list[int], since: float) -> bool:
+        """Read ``versions``; False once one is older than ``since`` or gone (nothing older counts)."""
+        with ThreadPoolExecutor(PARALLEL_READS) as pool:
+            commits = list(pool.map(self.location.commits_of, versions))
+        more = True
+        for version, actions in zip(versions, commits, strict=True):
+            if actions is None:
+                more = False
+                continue
+            info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            stamp = float(info.get("timestamp") or 0) / 1000
+            if stamp < since:
+                more = False
+                continue
+            meta = parse_user_metadata(info.get("userMetadata")) or {}
+            removed = [int(a["remove"].get("size") or 0) for a in actions if "remove" in a]
+            self._seen[version] = (stamp, sum(removed) if meta.get("adoption") else 0)
+        return more
+
+
+def file_hits(actions: pa.Table, queries: Sequence[Query]) -> dict[str, float]:
+    """Per file (its log path), the captured scans whose predicates its stats can match: how much
+    the captured workload reads it. A predicate on a column without stats matches every file."""
+    n = actions.num_rows
+    total = np.zeros(n)
+    for q in queries:
+        mask = np.ones(n, dtype=bool)
+        for p in q.predicates:
+            mask &= _may_match(actions, p)
+        total += q.weight * mask
+    return dict(zip(actions["path"].to_pylist(), total.tolist(), strict=True))
+
+
+def _may_match(actions: pa.Table, p: Predicate) -> np.ndarray:
+    n = actions.num_rows
+    names = actions.column_names
+    try:
+        if f"partition.{p.column}" in names:
+            values = actions[f"partition.{p.column}"]
+            if p.kind == "eq":
+                hit = pc.is_in(values, value_set=pa.array([column_scalar(v, values.type) for v in p.values]))
+            else:
+                hit = _between(values, values, p, values.type)
+        elif f"min.{p.column}" in names and f"max.{p.column}" in names:
+            low, high = actions[f"min.{p.column}"], actions[f"max.{p.column}"]
+            if p.kind == "eq":
+                hit = pa.array(np.zeros(n, dtype=bool))
+                for v in p.values:
+                    s = column_scalar(v, low.type)
+                    hit = pc.or_(hit, pc.and_(pc.less_equal(low, s), pc.greater_equal(high, s)))
+            else:
+                hit = _between(low, high, p, low.type)
+        else:
+            return np.ones(n, dtype=bool)
+        return np.asarray(pc.fill_null(hit, True).to_numpy(zero_copy_only=False), dtype=bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+        return np.ones(n, dtype=bool)  # stats of another type than the values: no pruning, no harm
+
+
+def _between(low: Any, high: Any, p: Predicate, type_: pa.DataType) -> Any:
+    hit = pa.array(np.ones(len(low), dtype=bool))
+    if p.low is not None:
+        hit = pc.and_(hit, pc.greater_equal(high, column_scalar(p.low, type_)))
+    if p.high is not None:
+        hit = pc.and_(hit, pc.less_equal(low, column_scalar(p.high, type_)))
+    return hit
+
+
+class AutoLayout:
+    """The layout loop of one compactor: when to score, the scoring, the adoption, the budget."""
+
+    def __init__(self, table: LakeTable, *, store: AdoptionStore | None = None) -> None:
+        self.table = table
+        self.store = store or AdoptionStore(table)
+        self.ledger = RewriteLedger(table.delta)
+        self.last_cost: float | None = None  # wall time of the last scoring
+        self.last_time: float | None = None  # monotonic time of the last scoring
+        self.round_seconds = 0.0  # the compactor's round time since the last scoring
+        self.priority: dict[str, float] = {}  # per file path: captured scans its stats can match
+        self.last: Evaluation | None = None
+        self._shown: tuple | None = None  # the recommendation last logged
+        self.budget_paused = False
+
+    # -- when ------------------------------------------------------------------------------
+
+    def add_round(self, seconds: float) -> None:
+        self.round_seconds += seconds
+
+    def due(self, config: Config, now: float | None = None) -> bool:
+        """Whether to score now: the loop is on, and the rounds since the last scoring took
+        ``DUE_FACTOR`` times its cost, and ``auto_layout_interval_s`` passed."""
+        cfg = config.compaction
+        if cfg.auto_layout == "off":
+            return False
+        if self.last_time is None:
+            return True
+        now = time.monotonic() if now is None else now
+        return (now - self.last_time >= cfg.auto_layout_interval_s
+                and self.round_seconds >= DUE_FACTOR * (self.last_cost or 0.0))  # fmt: skip
+
+    # -- the budget ------------------------------------------------------------------------
+
+    def budget(self, config: Config, live: pa.Table, version: int, now: float | None = None) -> dict[str, int]:
+        """{limit, used, left} of the re-clustering's rolling 24 h byte budget."""
+        now = time.time() if now is None else now
+        table_bytes = int(pc.sum(live["size"]).as_py() or 0)
+        limit = config.compaction.rewrite_budget_bytes_per_day or table_bytes // 2
+        used = self.ledger.used(version, now - DAY_S)
+        metrics.RELAYOUT_BUDGET_BYTES.set(limit)
+        metrics.RELAYOUT_BUDGET_USED.set(used)
+        return {"limit": limit, "used": used, "left": max(0, limit - used)}
+
+    def within_budget(self, groups: list[Group], left: int) -> tuple[list[Group], bool]:
+        """The round's groups with the re-cluster's cut to the bytes ``left`` of the budget (in
+        order: a group that does not fit pauses the ones behind it too); whether any was cut."""
+        kept, cut = [], False
+        for g in groups:
+            if g.relayout:
+                if cut or g.bytes > left:
+                    cut = True
+                    continue
+                left -= g.bytes
+            kept.append(g)
+        return kept, cut
+
+    def note_budget(self, paused: bool, limit: int, used: int) -> None:
+        """Metric and log line when the re-clustering pauses for its budget or resumes."""
+        metrics.RELAYOUT_BUDGET_EXHAUSTED.set(1 if paused else 0)
+        if paused and not self.budget_paused:
+            log.warning("layout loop: the re-clustering pauses: it rewrote %s of its %s per 24 h "
+                        "(compaction.rewrite_budget_bytes_per_day); it resumes as the window moves on",
+                        human_bytes(used), human_bytes(limit))  # fmt: skip
+        elif not paused and self.budget_paused:
+            log.info("layout loop: the re-clustering resumes within its budget")
+        self.budget_paused = paused
+
+    # -- scoring and adopting ----------------------------------------------------------------
+
+    def evaluate(self, config: Config, adoption: Adoption | None, live: pa.Table, version: int) -> Evaluation:
+        """Score the layouts on the captured workload; in ``apply`` mode, adopt the best one past
+        the guardrails. ``config`` is the one in effect (the adopted layout applied), ``live`` the
+        table's live files under it."""
+        started = time.monotonic()
+        cfg = config.compaction
+        result = Evaluation(time.time(), cfg.auto_layout)
+        try:
+            self._score(config, adoption, live, version, result)
+        finally:
+            result.seconds = round(time.monotonic() - started, 3)
+            self.last_cost, self.last_time, self.round_seconds = result.seconds, time.monotonic(), 0.0
+            self.last = result
+            metrics.AUTO_LAYOUT_EVALUATIONS.inc()
+            metrics.AUTO_LAYOUT_EVALUATION_SECONDS.set(result.seconds)
+            self._export(result)
+        return result
+
+    def _score(self, config: Config, adoption: Adoption | None, live: pa.Table, version: int,
+               result: Evaluation) -> None:  # fmt: skip
+        cfg, t = config.compaction, config.table
+        capture = read_capture(self.table, config.workload)
+        captured = captured_queries(capture.scans, [c.name for c in t.columns])
+        result.scans, result.queries = len(capture.scans), len(captured)
+        withheld = too_little(capture, captured, cfg)
+        if withheld is not None:
+            result.decision = withheld
+            return
+        queries = [c.query for c in captured]
+        current = current_candidate(t.clustering_columns, cfg.weights(), t.partition_by)
+        advice = layout_advice(self.table, queries, current=current, sample_limit=cfg.auto_layout_sample_rows,
+                               partitionings=None if cfg.auto_layout_partitioning else [t.partition_by])  # fmt: skip
+        self.priority = file_hits(advice.actions, queries)
+        now = advice.current
+        result.current = _describe(now)
+        if advice.best is None:
+            result.decision = f"no recommendation: {advice.withheld}"
+            return
+        result.recommended = _describe(advice.best)
+        adoptable = next(s for s in advice.ranked if s.candidate.partition_by == tuple(t.partition_by))
+        result.adoptable = _describe(adoptable)
+        if now.mean_files_read > 0:
+            result.gain = round(1 - adoptable.mean_files_read / now.mean_files_read, 4)
+        result.decision = self._decide(config, adoption, live, version, adoptable, result)
+
+    def _decide(self, config: Config, adoption: Adoption | None, live: pa.Table, version: int, best: Scored,
+                result: Evaluation) -> str:  # fmt: skip
+        cfg = config.compaction
+        if best.candidate.current:
+            return "the layout in effect is the best one for the captured workload"
+        if cfg.auto_layout != "apply":
+            return f"advise only (compaction.auto_layout = {cfg.auto_layout!r}): nothing adopted"
+        if result.gain < cfg.auto_layout_min_gain:
+            return (f"not adopted: {result.gain:.0%} fewer files read per scan, below compaction.auto_layout_min_gain "
+                    f"({cfg.auto_layout_min_gain:.0%})")  # fmt: skip
+        left_over = pending(live, fingerprint_of(config))
+        if adoption is not None and len(left_over):
+            return (f"not adopted: the re-clustering to adopted layout {adoption.number} still has {len(left_over)} "
+                    "file(s) left")
+        c = best.candidate
+        weights = dict(zip(c.clustering_columns, c.weights, strict=True))
+        fingerprint = layout_fingerprint(c.clustering_columns, weights, cfg.curve)
+        todo = pending(live, fingerprint)
+        rows = live.filter(pc.is_in(live["path"], value_set=todo))
+        result.budget = self.budget(config, live, version)
+        groups = relayout_groups(data_files(rows, config.table.partition_by), capped(config, result.budget["limit"]),
+                                 priority=self.priority)  # fmt: skip
+        result.recluster_bytes = int(pc.sum(rows["size"]).as_py() or 0)
+        first = groups[0].bytes if groups else 0
+        if first > result.budget["left"]:
+            return (f"not adopted: the re-cluster's first group ({human_bytes(first)}) does not fit the "
+                    f"{human_bytes(result.budget['left'])} left of compaction.rewrite_budget_bytes_per_day "
+                    f"({human_bytes(result.budget['limit'])} per 24 h)")  # fmt: skip
+        number = (adoption.number if adoption is not None else 0) + 1
+        latest = self.store.latest()
+        if latest is not None and latest.number >= number:  # another compactor adopted meanwhile
+            return f"not adopted: another compactor adopted layout {latest.number} meanwhile; following it"
+        mine = Adoption(number, uuid.uuid4().hex, c.clustering_columns, c.weights, fingerprint,
+                        replaced=fingerprint_of(config), time=time.time(),
+                        predicted={"current": result.current, "adopted": result.adoptable, "gain": result.gain,
+                                   "scans": result.scans, "recluster_bytes": result.recluster_bytes},
+                        by=f"{socket.gethostname()}:{os.getpid()}")  # fmt: skip
+        winner, won = self.store.adopt(mine)
+        if not won:
+            return f"not adopted: another compactor adopted layout {winner.number} at the same moment; following it"
+        result.adopted = winner.number
+        metrics.AUTO_LAYOUT_ADOPTIONS.inc()
+        log.warning("layout loop: adopted layout %d: clustering columns %s, weights %s (was %s); predicted files "
+                    "read per captured scan %.1f -> %.1f (%.0f%% fewer); re-clustering %s within %s per 24 h",
+                    winner.number, ", ".join(c.clustering_columns), ", ".join(f"{w:g}" for w in c.weights),
+                    ", ".join(config.table.clustering_columns), (result.current or {}).get("files_read_per_scan", 0.0),
+                    best.mean_files_read, 100 * result.gain, human_bytes(result.recluster_bytes),
+                    human_bytes(result.budget["limit"]))  # fmt: skip
+        return f"adopted layout {winner.number}"
+
+    def _export(self, result: Evaluation) -> None:
+        """Gauges, the log line when the recommendation changes, and the file ``status`` reads."""
+        metrics.AUTO_LAYOUT_GAIN.set(max(0.0, result.gain))
+        shown = result.recommended or {}
+        if result.current is not None:
+            metrics.AUTO_LAYOUT_FILES_READ.labels("current").set(result.current["files_read_per_scan"])
+        if shown:
+            metrics.AUTO_LAYOUT_FILES_READ.labels("recommended").set(shown["files_read_per_scan"])
+        metrics.AUTO_LAYOUT_RECOMMENDATION.info({
+            "clustering_columns": ",".join(shown.get("clustering_columns", [])),
+            "column_weights": ",".join(f"{w:g}" for w in shown.get("column_weights", {}).values()),
+            "partition_by": ",".join(shown.get("partition_by", [])), "mode": result.mode,
+        })  # fmt: skip
+        key = (tuple(shown.get("clustering_columns", [])), tuple(shown.get("column_weights", {}).values()),
+               tuple(shown.get("partition_by", [])), result.decision.split(":")[0])  # fmt: skip
+        if key != self._shown:
+            self._shown = key
+            if shown:
+                log.warning("layout loop: recommended clustering columns %s%s, predicted files read per captured scan "
+                            "%.1f -> %.1f (%.0f%% fewer, %d scans); %s",
+                            ", ".join(shown["clustering_columns"]),
+                            f" partitioned by {', '.join(shown['partition_by'])}" if shown["partition_by"] else "",
+                            (result.current or {}).get("files_read_per_scan", 0.0), shown["files_read_per_scan"],
+                            100 * result.gain, result.scans, result.decision)  # fmt: skip
+            else:
+                log.info("layout loop: no recommendation: %s", result.decision)
+        try:
+            self.store.write_recommendation(result.as_dict())
+        except OSError as e:
+            log.warning("layout loop: could not write %s/recommendation.json: %s", self.store.folder, e)

@@ -1,0 +1,123 @@
+"""The captured workload as ``tune``'s queries: scans grouped by what they filter on, weighted by
+how often they ran, with the files each read.
+
+Scans whose predicates (``CapturedScan.predicates``: one per column, values included) are the same
+are one query, whose weight is their number: the layout is scored on the files the whole captured
+workload would read, per scan (``WorkloadModel`` with ``Query.weight``). The files a scan read
+(``files_read``, counted by Spark under the layout the table had then) are not a weight of the
+score, which predicts files read for every candidate layout itself: weighting by what a query
+costs now would favour the queries the current layout serves badly and let a new layout break
+the ones it serves well. They rank the queries by what they cost now (scans x files read per
+scan) and calibrate the model: per query, the files it read against the files the model predicts
+under the current layout.
+
+Too little to decide: fewer scans than ``compaction.auto_layout_min_scans``, a capture spanning
+less than ``compaction.auto_layout_min_span_s``, or no scan filtering on a column of the table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from lakecluster.config import CompactionConfig
+
+from .capture import Capture, CapturedScan
+from .workload import Predicate, Query
+
+
+@dataclass(frozen=True)
+class CapturedQuery:
+    """Every captured scan with one set of predicates: ``query`` weighs ``scans``."""
+
+    query: Query
+    scans: int
+    files_read: tuple[int, ...]  # per scan that reported it
+    shape: str
+
+    @property
+    def mean_files_read(self) -> float | None:
+        """Files a scan of it read, on average (None: Spark reported none)."""
+        return statistics.fmean(self.files_read) if self.files_read else None
+
+    @property
+    def cost(self) -> float:
+        """Files its scans read in all (scans x mean; a scan without a count counts as the mean)."""
+        return self.scans * (self.mean_files_read or 0.0)
+
+
+def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str]) -> list[CapturedQuery]:
+    """Distinct queries of the scans, the costliest now first (then the most frequent).
+
+    Predicates on a column the table does not have (renamed, dropped) are left out, as a workload
+    file's line would be refused.
+    """
+    known = set(columns)
+    groups: dict[tuple[Predicate, ...], list[CapturedScan]] = {}
+    for scan in scans:
+        key = tuple(sorted((p for p in scan.predicates if p.column in known), key=lambda p: p.column))
+        groups.setdefault(key, []).append(scan)
+    out = []
+    for predicates, members in groups.items():
+        text = describe(predicates)
+        reads = tuple(s.files_read for s in members if s.files_read is not None)
+        out.append(CapturedQuery(Query(0, text, predicates, weight=float(len(members))), len(members), reads,
+                                 members[-1].shape or "(no filter)"))  # fmt: skip
+    out.sort(key=lambda q: (-q.cost, -q.scans, q.query.text))
+    return [CapturedQuery(Query(i, q.query.text, q.query.predicates, q.query.weight), q.scans, q.files_read, q.shape)
+            for i, q in enumerate(out, start=1)]  # fmt: skip
+
+
+def too_little(capture: Capture, queries: Sequence[CapturedQuery], cfg: CompactionConfig) -> str | None:
+    """Why the capture is too little to choose a layout on (None: enough)."""
+    scans = len(capture.scans)
+    if scans < cfg.auto_layout_min_scans:
+        return (f"too little captured workload: {scans:,} scan(s), fewer than compaction.auto_layout_min_scans "
+                f"({cfg.auto_layout_min_scans:,}); let the readers capture more (docs/workload.md)")  # fmt: skip
+    span = (capture.scans[-1].time_ms - capture.scans[0].time_ms) / 1000
+    if span < cfg.auto_layout_min_span_s:
+        return (f"too little captured workload: its {scans:,} scans span {_duration(span)}, less than "
+                f"compaction.auto_layout_min_span_s ({_duration(cfg.auto_layout_min_span_s)}): one burst of "
+                "queries is not the workload")  # fmt: skip
+    if not any(q.query.predicates for q in queries):
+        return (f"no captured scan (of {scans:,}) filters on a column of the table with a predicate data skipping "
+                "can use: every layout reads the same files")  # fmt: skip
+    return None
+
+
+def describe(predicates: Sequence[Predicate]) -> str:
+    """The predicates as a WHERE clause (``c_city IN ('A', 'B') AND lo_quantity BETWEEN 1 AND 5``)."""
+    terms = []
+    for p in predicates:
+        if p.kind == "eq":
+            values = ", ".join(_literal(v) for v in p.values)
+            terms.append(f"{p.column} = {values}" if len(p.values) == 1 else f"{p.column} IN ({values})")
+        elif p.low is not None and p.high is not None:
+            terms.append(f"{p.column} BETWEEN {_literal(p.low)} AND {_literal(p.high)}")
+        elif p.low is not None:
+            terms.append(f"{p.column} >= {_literal(p.low)}")
+        elif p.high is not None:
+            terms.append(f"{p.column} <= {_literal(p.high)}")
+    return " AND ".join(terms) or "(no filter a layout can use)"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str):
+        value = value.replace("\U0010ffff", "~")  # the top of a LIKE prefix's range
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.datetime | dt.date):
+        return f"'{value.isoformat()}'"
+    return str(value)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"

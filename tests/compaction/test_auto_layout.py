@@ -1,0 +1,311 @@
+"""The layout loop (``compaction.auto_layout``): the compactor scores layouts on the captured
+workload, shows the best in ``advise`` mode, and in ``apply`` mode adopts one only past both
+guardrails (the gain, the daily rewrite budget), then re-clusters the table to it, with every row
+once whatever else writes and compacts the table meanwhile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from lakecluster import metrics
+from lakecluster.cli.status import layout_status
+from lakecluster.compaction.adoptions import Adoption, AdoptionStore
+from lakecluster.compaction.auto_layout import AutoLayout, file_hits, pending
+from lakecluster.compaction.loop import Compactor
+from lakecluster.compaction.planner import DataFile, Group
+from lakecluster.compaction.relayout import relayout_groups
+from lakecluster.compaction.workload import Predicate, Query
+from lakecluster.config import CompactionConfig, Config
+from lakecluster.stream.generator import generate
+from lakecluster.table import LakeTable, parse_user_metadata
+from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
+from tests.generated_tables import generator_config
+from tests.workload_records import record, write
+
+pytestmark = pytest.mark.integration
+
+ROWS = 9_000
+NATION = [{"column": "c_nation", "type": "string", "op": "=", "value": "FRANCE"}]
+QUANTITY = [{"column": "lo_quantity", "type": "int", "op": ">=", "value": 10},
+            {"column": "lo_quantity", "type": "int", "op": "<=", "value": 12}]  # fmt: skip
+
+
+def _sample(name: str, labels: dict[str, str] | None = None) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels or {})
+
+
+def _config(table: Path, **settings: str) -> Config:
+    return generator_config(table, rows=ROWS, per_batch=3_000, **{
+        "table.partition_by": "[]", "vacuum.interval_s": "0", "compaction.auto_layout_sample_rows": "5000",
+        **settings})  # fmt: skip
+
+
+def _capture(table: Path) -> None:
+    """Two hours of dashboards filtering on nations and quantities, never the clustering columns."""
+    t0 = time.time() * 1000 - 7_200_000
+    lines = [record(t0 + i * 60_000, i, filters=NATION if i % 3 else QUANTITY, files_read=6) for i in range(120)]
+    write(table, t0, lines)
+
+
+def _table(spark, filled, tmp_path: Path, **settings: str) -> Config:  # type: ignore[no-untyped-def]
+    """9,000 streamed rows, compacted once under the configured layout (s_city, c_city, p_brand),
+    and a captured workload that layout serves badly."""
+    base = _config(tmp_path / "t")
+    filled(base)
+    Compactor(base, spark=spark).run_once()
+    _capture(tmp_path / "t")
+    return _config(tmp_path / "t", **settings)
+
+
+def _keys(rows: pa.Table) -> list[tuple[int, int]]:
+    return sorted(zip(rows["lo_orderkey"].to_pylist(), rows["lo_linenumber"].to_pylist(), strict=True))
+
+
+def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, filled, tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    config = _table(spark, filled, tmp_path)  # compaction.auto_layout defaults to advise
+    compactor = Compactor(config, spark=spark)
+    assert compactor.auto.due(config)
+    with caplog.at_level("INFO", logger="lakecluster.compaction.auto_layout"):
+        compactor._layout_loop(0.0)
+    result = compactor.auto.last
+    assert result is not None and result.scans == 120 and result.adopted is None
+    assert result.decision.startswith("advise only")
+    gain = _sample("lakecluster_auto_layout_predicted_gain_ratio")
+    assert gain is not None and gain == result.gain and gain >= 0.2
+    info = dict(metrics.AUTO_LAYOUT_RECOMMENDATION._value)  # type: ignore[attr-defined]
+    assert set(info["clustering_columns"].split(",")) <= {"c_nation", "lo_quantity"} and info["mode"] == "advise"
+    assert _sample("lakecluster_auto_layout_files_read_estimate", {"layout": "recommended"}) < _sample(
+        "lakecluster_auto_layout_files_read_estimate", {"layout": "current"})  # type: ignore[operator]
+    assert (_sample("lakecluster_auto_layout_evaluation_seconds") or 0) > 0
+    lines = [r.getMessage() for r in caplog.records if "recommended clustering columns" in r.getMessage()]
+    assert len(lines) == 1
+    compactor.auto.last_time = None  # scored again: the same recommendation, no second line
+    compactor._layout_loop(0.0)
+    assert len([r for r in caplog.records if "recommended clustering columns" in r.getMessage()]) == 1
+    assert not compactor.auto.due(config)  # the next one waits for 20 x its cost of rounds and the interval
+    assert AdoptionStore(LakeTable(config)).latest() is None  # advise changes nothing
+    assert compactor.config.table.clustering_columns == ("s_city", "c_city", "p_brand")
+
+    args = [f"--set=table.path={config.table.path}", "--set=table.partition_by=[]"]
+    status = subprocess.run(lakecluster_cmd(*args, "--json", "status"), capture_output=True, text=True,
+                            env=subprocess_env(), timeout=120)  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    layout = json.loads(status.stdout)["layout"]
+    assert layout["mode"] == "advise" and layout["adoption"] is None
+    assert layout["recommendation"]["recommended"]["clustering_columns"] == info["clustering_columns"].split(",")
+    text = subprocess.run(lakecluster_cmd(*args, "status"), capture_output=True, text=True, env=subprocess_env(),
+                          timeout=120).stdout  # fmt: skip
+    assert "layout     s_city, c_city, p_brand (configured); compaction.auto_layout = advise" in text
+    assert "recommended (" in text and "advise only" in text
+
+
+def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(spark, filled,
+                                                                                tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"'})
+    rows_before = _keys(read_delta(config.table.path))
+    store = AdoptionStore(LakeTable(config))
+
+    # 1. The gain is below compaction.auto_layout_min_gain: nothing adopted.
+    picky = replace(config, compaction=replace(config.compaction, auto_layout_min_gain=0.99))
+    result = Compactor(picky, spark=spark).auto.evaluate(picky, None, *_live(picky))
+    assert result.gain >= 0.2 and result.adopted is None
+    assert "below compaction.auto_layout_min_gain (99%)" in result.decision and store.latest() is None
+
+    # 2. The gain is enough, but the day's budget has no room for the re-cluster's first group.
+    poor = replace(config, compaction=replace(config.compaction, rewrite_budget_bytes_per_day=1000))
+    result = Compactor(poor, spark=spark).auto.evaluate(poor, None, *_live(poor))
+    assert result.adopted is None and "does not fit" in result.decision and store.latest() is None
+    assert result.recluster_bytes > 1000 and result.budget["limit"] == 1000
+
+    # 3. Both pass: adopted, and the compactor re-clusters every compacted file to it.
+    compactor = Compactor(config, spark=spark)
+    compactor._layout_loop(0.0)
+    adoption = store.latest()
+    assert adoption is not None and adoption.number == 1 and compactor.auto.last.adopted == 1  # type: ignore[union-attr]
+    assert set(adoption.clustering_columns) <= {"c_nation", "lo_quantity"}
+    assert compactor.config.table.clustering_columns == adoption.clustering_columns
+    assert compactor.fingerprint == adoption.fingerprint
+    assert _sample("lakecluster_auto_layout_adoption") == 1
+    # The default budget, half the table's bytes a day, lets the first round re-cluster part of it,
+    # then the re-cluster pauses until the window moves on.
+    assert any(r.group.relayout and r.result == "committed" for r in compactor.run_once())
+    assert not any(r.group.relayout for r in compactor.run_once())  # paused
+    budget = _sample("lakecluster_relayout_budget_bytes")
+    assert budget is not None and 0 < (_sample("lakecluster_relayout_budget_used_bytes") or 0) <= budget
+    assert _sample("lakecluster_relayout_budget_exhausted") == 1
+    left = len(pending(_live(compactor.config)[0], adoption.fingerprint))
+    assert left and _sample("lakecluster_relayout_pending_files") == left
+    # A larger budget (reloaded): the re-cluster goes on and ends.
+    compactor.base_config = replace(config, compaction=replace(config.compaction, rewrite_budget_bytes_per_day=10**9))
+    compactor._apply_layout()
+    for _ in range(10):
+        compactor.run_once()
+        if not len(pending(_live(compactor.config)[0], adoption.fingerprint)):
+            break
+    assert _sample("lakecluster_relayout_budget_exhausted") == 0
+    live = DeltaTable(config.table.path).file_uris()
+    assert all(f"-l{adoption.fingerprint}-" in p for p in live if "part-g" in p)
+    assert _keys(read_delta(config.table.path)) == rows_before  # every row exactly once
+    steps = [meta for meta in _metadata(config) if meta.get("adoption") == "1"]
+    assert steps and all(m["adoption_id"] == adoption.id and "relayout_files_left" in m for m in steps)
+    used = compactor.auto.ledger.used(DeltaTable(config.table.path).version(), time.time() - 86_400)
+    assert used > 0  # the re-cluster's bytes count against the day's budget, from the log
+
+    # A restarted compactor, `status` and `history` agree on the layout in effect.
+    assert Compactor(config, spark=spark).config.table.clustering_columns == adoption.clustering_columns
+    status = layout_status(LakeTable(config), _live(config)[0])
+    assert status["in_effect"]["adopted"] and status["adoption"]["id"] == adoption.id
+    assert status["in_effect"]["clustering_columns"] == list(adoption.clustering_columns)
+    assert status["relayout"] == {"files_left": 0, "bytes_left": 0}
+    history = subprocess.run(lakecluster_cmd(f"--set=table.path={config.table.path}", "--json", "history"),
+                             capture_output=True, text=True, env=subprocess_env(), timeout=120)  # fmt: skip
+    data = json.loads(history.stdout)
+    assert [a["number"] for a in data["adoptions"]] == [1]
+    assert any("re-cluster to adopted layout 1" in v["service"] for v in data["versions"])
+
+
+def _live(config: Config) -> tuple[pa.Table, int]:
+    version, files = LakeTable(config).live_files().snapshot()
+    return files, version
+
+
+def _metadata(config: Config) -> list[dict]:
+    return [parse_user_metadata(h.get("userMetadata")) or {} for h in DeltaTable(config.table.path).history()]
+
+
+def test_racing_compactors_adopt_one_layout(tmp_path: Path) -> None:
+    table = LakeTable.at(str(tmp_path / "t"))
+    stores = [AdoptionStore(table) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    results: list[tuple[Adoption, bool]] = []
+
+    def adopt(i: int) -> None:
+        mine = Adoption(1, f"id{i}", (f"c{i}",), (1.0,), f"f{i}", "old", time.time())
+        barrier.wait()
+        results.append(stores[i].adopt(mine))
+
+    threads = [threading.Thread(target=adopt, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won for _, won in results) == [False, True]
+    assert len({winner.id for winner, _ in results}) == 1  # the loser follows the winner
+    assert [a.number for a in stores[0].all()] == [1]
+    assert sorted(p.name for p in (tmp_path / "t" / "_lakecluster" / "layout").iterdir()) == ["adoption-00000001.json"]
+    # A compactor that comes later with number 1 (it scored on an old listing) loses, whatever the timing.
+    winner = stores[0].latest()
+    late, won = AdoptionStore(table).adopt(Adoption(1, "late", ("x",), (1.0,), "fx", "old", time.time()))
+    assert not won and late == winner and stores[1].latest() == winner
+
+
+def test_racing_compactors_adopt_one_layout_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    from lakecluster.config import StorageConfig
+
+    table = LakeTable.at(f"{s3_prefix}t", storage=StorageConfig(**s3.storage_settings()))
+    stores = [AdoptionStore(table, settle_s=0.5) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    results: list[tuple[Adoption, bool]] = []
+
+    def adopt(i: int) -> None:
+        barrier.wait()
+        results.append(stores[i].adopt(Adoption(1, f"id{i}", (f"c{i}",), (1.0,), f"f{i}", "old", time.time())))
+
+    threads = [threading.Thread(target=adopt, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(won for _, won in results) == [False, True]
+    assert len({winner.id for winner, _ in results}) == 1
+    latest = stores[1].latest()
+    assert latest is not None and latest.id == next(w.id for w, won in results if won)
+
+
+def test_the_re_cluster_takes_the_files_the_workload_reads_most_first_within_the_budget() -> None:
+    actions = pa.table({"path": ["a", "b", "c"], "min.q": [0, 10, 20], "max.q": [9, 19, 29],
+                        "partition.y": ["1", "1", "2"]})  # fmt: skip
+    hot = Query(1, "q <= 12", (Predicate("q", "range", high=Decimal(12)),), weight=10)
+    cold = Query(2, "q = 25 AND y = 2", (Predicate("q", "eq", (Decimal(25),)), Predicate("y", "eq", (Decimal(2),))))
+    hits = file_hits(actions, [hot, cold])
+    assert hits == {"a": 10.0, "b": 10.0, "c": 1.0}
+    files = [DataFile(p, 100, 10, (), 1, "r") for p in ("c", "b", "a")]
+    one_each = replace(CompactionConfig(), max_group_bytes=100)
+    groups = relayout_groups(files, one_each, priority={"a": 10.0, "b": 5.0, "c": 1.0})
+    assert [g.files[0].path for g in groups] == ["a", "b", "c"] and all(g.relayout for g in groups)
+    auto = AutoLayout.__new__(AutoLayout)
+    kept, cut = auto.within_budget([*groups, Group((), (files[0],), 1, "planner")], 250)
+    assert [g.files[0].path for g in kept] == ["a", "b", "c"] and not kept[-1].relayout and cut
+
+
+def test_a_layout_change_beside_appends_and_a_second_compactor_keeps_every_row_once(spark, filled,
+                                                                                     tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"',
+                                                "compaction.max_groups_per_run": "2",
+                                                "compaction.rewrite_budget_bytes_per_day": "1000000000"})  # fmt: skip
+    first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
+    expected = _keys(read_delta(config.table.path))
+
+    # Both score at once; one layout is adopted, the other compactor follows it.
+    threads = [threading.Thread(target=c._layout_loop, args=(0.0,)) for c in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    adoptions = AdoptionStore(LakeTable(config)).all()
+    assert [a.number for a in adoptions] == [1]
+    assert sum(c.auto.last.adopted == 1 for c in (first, second)) == 1  # type: ignore[union-attr]
+    second.follow_adoption()
+    assert first.fingerprint == second.fingerprint == adoptions[0].fingerprint
+
+    # Another writer appends while both compactors re-cluster (the stream's role: blind appends).
+    stop = threading.Event()
+    appended: list[pa.Table] = []
+
+    def append() -> None:
+        start = ROWS
+        while not stop.is_set():
+            batch = pa.Table.from_batches([generate(start, start + 300, config.source.generator, config.table.columns)])
+            write_deltalake(config.table.path, batch, mode="append")
+            appended.append(batch)
+            start += 300
+            time.sleep(0.3)
+
+    writer = threading.Thread(target=append)
+    runners = [threading.Thread(target=c.run_forever) for c in (first, second)]
+    writer.start()
+    for r in runners:
+        r.start()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(pending(_live(config)[0], adoptions[0].fingerprint)):
+        time.sleep(0.5)
+    stop.set()
+    writer.join()
+    time.sleep(1.0)  # a round planned on the last append
+    for c in (first, second):
+        c.request_stop()
+    for r in runners:
+        r.join(60)
+    assert not any(r.is_alive() for r in runners)
+    assert not len(pending(_live(config)[0], adoptions[0].fingerprint)), "the re-cluster did not finish in 90 s"
+
+    for batch in appended:
+        expected += _keys(batch)
+    expected.sort()
+    assert len(expected) > ROWS
+    assert _keys(read_delta(config.table.path)) == expected  # delta-rs
+    duck = duckdb_connection().execute(
+        f"SELECT lo_orderkey, lo_linenumber FROM delta_scan('{config.table.path}')").fetchall()
+    assert sorted(duck) == expected  # DuckDB's own Delta reader
+    assert any(m.get("adoption") == "1" for m in _metadata(config))

@@ -1,0 +1,83 @@
+"""The captured workload as tune's queries (``compaction.captured``): scans grouped by their
+predicates into queries weighted by their scans, ranked by what they read now, and when the
+capture is too little to decide on."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from lakecluster.compaction.advise import Candidate, WorkloadModel
+from lakecluster.compaction.capture import read_capture
+from lakecluster.compaction.captured import captured_queries, describe, too_little
+from lakecluster.compaction.workload import Predicate, Query
+from lakecluster.config import CompactionConfig, WorkloadConfig
+from lakecluster.table import LakeTable
+from tests.workload_records import record, write
+
+NOW = time.time() * 1000
+CITY = {"column": "c_city", "type": "string", "op": "="}
+QTY = [{"column": "q", "type": "int", "op": ">=", "value": 10}, {"column": "q", "type": "int", "op": "<", "value": 20}]
+
+
+def _capture(tmp_path: Path, records: list[dict]):  # type: ignore[no-untyped-def]
+    write(tmp_path, NOW - 1000, records)
+    return read_capture(LakeTable.at(str(tmp_path)), WorkloadConfig(), now=NOW / 1000)
+
+
+def test_scans_with_the_same_predicates_are_one_query_weighted_by_its_scans(tmp_path: Path) -> None:
+    t0 = NOW - 7_200_000
+    records = [record(t0 + i, i, filters=[{**CITY, "value": "A"}], files_read=2) for i in range(3)]
+    records += [record(t0 + 10 + i, 10 + i, filters=QTY, files_read=30) for i in range(2)]
+    records += [record(t0 + 20, 20, filters=[{**CITY, "value": "B"}], files_read=None)]  # other value: other query
+    records += [record(t0 + 30, 30, filters=[{"column": "gone", "type": "int", "op": "=", "value": 1}])]
+    capture = _capture(tmp_path, records)
+
+    queries = captured_queries(capture.scans, ["c_city", "q"])
+
+    # Costliest now first: 2 scans x 30 files, then 3 x 2; then those without files read.
+    assert [(q.query.text, q.scans, q.query.weight) for q in queries] == [
+        ("q BETWEEN 10 AND 20", 2, 2.0), ("c_city = 'A'", 3, 3.0), ("(no filter a layout can use)", 1, 1.0),
+        ("c_city = 'B'", 1, 1.0)]
+    assert [q.query.line for q in queries] == [1, 2, 3, 4]
+    assert queries[0].query.predicates == (Predicate("q", "range", low=Decimal(10), high=Decimal(20)),)
+    assert queries[0].mean_files_read == 30 and queries[3].mean_files_read is None and queries[3].cost == 0
+    assert queries[1].shape == "c_city ="
+
+
+def test_the_model_scores_the_weighted_mean_and_ranks_columns_by_weighted_use() -> None:
+    sample = pa.table({"a": pa.array(np.arange(1000) % 50), "b": pa.array(np.arange(1000) // 20)})
+    weights = np.ones(1000)
+    qa = Query(1, "a", (Predicate("a", "eq", (Decimal(3),)),))
+    qb = Query(2, "b", (Predicate("b", "eq", (Decimal(3),)),))
+    plain = WorkloadModel([qa, qb, qb], sample, weights, 100 * 60_000, 60_000)
+    weighted = WorkloadModel([qa, replace(qb, weight=2.0)], sample, weights, 100 * 60_000, 60_000)
+    one = Candidate(("a",), (1.0,), ())
+    # A query repeated twice in a file counts as one query of weight 2.
+    assert plain.score(one).mean_files_read == weighted.score(one).mean_files_read
+    assert list(weighted.usage()) == ["b", "a"] and weighted.usage()["b"] == 2.0
+
+
+def test_too_little_to_decide_says_why(tmp_path: Path) -> None:
+    cfg = CompactionConfig(auto_layout_min_scans=3, auto_layout_min_span_s=600)
+    t0 = NOW - 7_200_000
+    few = _capture(tmp_path / "few", [record(t0 + i, i, filters=[{**CITY, "value": "A"}]) for i in range(2)])
+    assert "2 scan(s), fewer than compaction.auto_layout_min_scans (3)" in str(too_little(few, [], cfg))
+    burst = _capture(tmp_path / "burst", [record(t0 + i, i, filters=[{**CITY, "value": "A"}]) for i in range(5)])
+    assert "less than compaction.auto_layout_min_span_s (10.0 min)" in str(too_little(burst, [], cfg))
+    unfiltered = _capture(tmp_path / "none", [record(t0 + i * 300_000, i, filters=[]) for i in range(5)])
+    queries = captured_queries(unfiltered.scans, ["c_city"])
+    assert "no captured scan (of 5) filters on a column" in str(too_little(unfiltered, queries, cfg))
+    enough = _capture(tmp_path / "ok", [record(t0 + i * 300_000, i, filters=[{**CITY, "value": "A"}])
+                                        for i in range(5)])  # fmt: skip
+    assert too_little(enough, captured_queries(enough.scans, ["c_city"]), cfg) is None
+
+
+def test_predicates_read_back_as_a_where_clause() -> None:
+    assert describe([Predicate("c", "eq", ("A", "O'B")), Predicate("q", "range", high=Decimal("2.5"))]) == (
+        "c IN ('A', 'O''B') AND q <= 2.5")
