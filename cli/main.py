@@ -140,7 +140,7 @@ def parser() -> argparse.ArgumentParser:
                         "distinct query weighted by its scans")  # fmt: skip
     tu.add_argument("--since", type=_age, metavar="AGE",
                     help="with --from-workload: only queries of the last AGE, e.g. 7d, 12h (default "
-                    "workload.retention_days)")  # fmt: skip
+                    "compaction.auto_layout_window_s, a week)")  # fmt: skip
     tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")

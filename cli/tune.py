@@ -170,7 +170,7 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int) -
     """Candidate layouts for the workload the query listener captured (``--from-workload``): one query
     per distinct set of predicates, weighted by its scans (``compaction.captured``)."""
     config = lake.config
-    since = config.workload.retention_s if since_s is None else since_s
+    since = config.compaction.auto_layout_window_s if since_s is None else since_s
     capture = read_capture(lake, config.workload, since_s=since)
     captured = captured_queries(capture.scans, [c.name for c in config.table.columns])
     queries = [c.query for c in captured]

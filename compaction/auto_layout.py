@@ -301,7 +301,8 @@ class AutoLayout:
     def _score(self, config: Config, adoption: Adoption | None, live: pa.Table, version: int,
                result: Evaluation) -> None:  # fmt: skip
         cfg, t = config.compaction, config.table
-        capture = read_capture(self.table, config.workload)
+        # The recent workload only: a query mix that changed weeks ago must not outvote today's.
+        capture = read_capture(self.table, config.workload, since_s=cfg.auto_layout_window_s)
         captured = captured_queries(capture.scans, [c.name for c in t.columns])
         result.scans, result.queries = len(capture.scans), len(captured)
         withheld = too_little(capture, captured, cfg)

@@ -182,6 +182,7 @@ class CompactionConfig:
     auto_layout_min_gain: float = 0.2
     auto_layout_min_scans: int = 100
     auto_layout_min_span_s: float = 3600.0
+    auto_layout_window_s: float = 7 * 86_400.0  # the captured scans scored: the last week's
     auto_layout_interval_s: float = 3600.0
     auto_layout_sample_rows: int = 100_000
     # Bytes a layout change may rewrite per rolling 24 h; none: half the table's bytes.

@@ -146,6 +146,22 @@ def test_tune_from_the_captured_workload_weighs_each_query_by_its_scans(tmp_path
     assert "110 scan(s) in 2 distinct quer(ies)" in text.stdout and "observed     8.0" in text.stdout
 
 
+def test_tune_from_the_captured_workload_scores_the_last_week_unless_told_otherwise(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    _ssb_table(table, rows=4_000, files=2)
+    _captured(table, 0, 100)  # the last two hours: quantities
+    ten_days_ago = time.time() * 1000 - 10 * 86_400_000
+    nation = [{"column": "c_nation", "type": "string", "op": "=", "value": "FRANCE"}]
+    write(table, ten_days_ago, [record(ten_days_ago + i * 60_000, 5000 + i, filters=nation) for i in range(300)],
+          app="local-2")  # fmt: skip
+    recent = json.loads(_tune(table, "--from-workload", "--sample-rows=4000").stdout)["workload"]
+    assert recent["since_s"] == 7 * 86_400 and recent["scans"] == 100 and recent["queries"] == 1
+    assert recent["recommended"]["clustering_columns"] == ["lo_quantity"]
+    month = json.loads(_tune(table, "--from-workload", "--sample-rows=4000", "--since=30d").stdout)["workload"]
+    assert month["scans"] == 400 and month["queries"] == 2
+    assert "c_nation" in month["recommended"]["clustering_columns"] + month["recommended"]["partition_by"]
+
+
 def test_tune_from_too_little_captured_workload_recommends_nothing_and_says_why(tmp_path: Path) -> None:
     table = tmp_path / "t"
     _ssb_table(table, rows=4_000, files=2)
