@@ -270,7 +270,7 @@ class Compactor:
             self._pending = None  # a --full pass re-clusters to the new layout from the files off it now
         self.config = self.monitor.config = config
 
-    def _layout_loop(self, round_seconds: float) -> None:
+    def layout_loop(self, round_seconds: float) -> None:
         """Between rounds: score layouts on the captured workload when due (``auto_layout.py``). A
         failure is logged: the layout loop is never worth a round."""
         self.auto.add_round(round_seconds)
@@ -637,7 +637,7 @@ class Compactor:
             try:
                 started = time.monotonic()
                 self.run_once()
-                self._layout_loop(time.monotonic() - started)
+                self.layout_loop(time.monotonic() - started)
                 if self.full:
                     files, size = self.relayout_left()
                     if not files:

@@ -77,7 +77,7 @@ def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, fi
     compactor = Compactor(config, spark=spark)
     assert compactor.auto.due(config)
     with caplog.at_level("INFO", logger="lakecluster.compaction.auto_layout"):
-        compactor._layout_loop(0.0)
+        compactor.layout_loop(0.0)
     result = compactor.auto.last
     assert result is not None and result.scans == 120 and result.adopted is None
     assert result.decision.startswith("advise only")
@@ -91,7 +91,7 @@ def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, fi
     lines = [r.getMessage() for r in caplog.records if "recommended clustering columns" in r.getMessage()]
     assert len(lines) == 1
     compactor.auto.last_time = None  # scored again: the same recommendation, no second line
-    compactor._layout_loop(0.0)
+    compactor.layout_loop(0.0)
     assert len([r for r in caplog.records if "recommended clustering columns" in r.getMessage()]) == 1
     assert not compactor.auto.due(config)  # the next one waits for 20 x its cost of rounds and the interval
     assert AdoptionStore(LakeTable(config)).latest() is None  # advise changes nothing
@@ -130,7 +130,7 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
 
     # 3. Both pass: adopted, and the compactor re-clusters every compacted file to it.
     compactor = Compactor(config, spark=spark)
-    compactor._layout_loop(0.0)
+    compactor.layout_loop(0.0)
     adoption = store.latest()
     assert adoption is not None and adoption.number == 1 and compactor.auto.last.adopted == 1  # type: ignore[union-attr]
     assert set(adoption.clustering_columns) <= {"c_nation", "lo_quantity"}
@@ -258,7 +258,7 @@ def test_a_layout_change_beside_appends_and_a_second_compactor_keeps_every_row_o
     expected = _keys(read_delta(config.table.path))
 
     # Both score at once; one layout is adopted, the other compactor follows it.
-    threads = [threading.Thread(target=c._layout_loop, args=(0.0,)) for c in (first, second)]
+    threads = [threading.Thread(target=c.layout_loop, args=(0.0,)) for c in (first, second)]
     for t in threads:
         t.start()
     for t in threads:
