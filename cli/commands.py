@@ -385,7 +385,7 @@ def tune(ctx: Context) -> int:
     texts = []
     thresholds = workload = None
     if args.queries:
-        workload = data["workload"] = advise(table, args.queries, args.sample_rows)
+        workload = data["workload"] = advise(table, args.queries, args.sample_rows, keep_columns=args.keep_columns)
         texts.append(format_advice(workload))
     if args.grid or not args.queries:
         thresholds = data["thresholds"] = run_tune(table, args.grid)

@@ -134,6 +134,9 @@ def parser() -> argparse.ArgumentParser:
                     "default: half/current/double target_file_bytes x merge_fanout)")  # fmt: skip
     tu.add_argument("--queries", metavar="FILE", help="a file of the workload's WHERE clauses, one per line: "
                     "recommend clustering columns, weights and partitioning for it")  # fmt: skip
+    tu.add_argument("--keep-columns", action="store_true",
+                    help="with --queries: keep the table's clustering columns and partitioning, only choose the "
+                    "columns' weights (compaction.column_weights) for the workload")  # fmt: skip
     tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lakecluster import plots
-from lakecluster.compaction.advise import Candidate, Scored, WorkloadModel, recommend, sample_rows
+from lakecluster.compaction.advise import Candidate, Scored, WorkloadModel, recommend, recommend_weights, sample_rows
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
@@ -147,8 +147,9 @@ def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str,
     return page
 
 
-def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, Any]:
-    """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table."""
+def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_columns: bool = False) -> dict[str, Any]:
+    """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table;
+    ``keep_columns``: only the weights of the table's clustering columns (``recommend_weights``)."""
     config = lake.config
     try:
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
@@ -172,7 +173,7 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
     weights = config.compaction.weights()
     current = Candidate(t.clustering_columns, tuple(weights.get(c, 1.0) for c in t.clustering_columns),
                         t.partition_by, current=True)  # fmt: skip
-    ranked = recommend(model, current)
+    ranked = recommend_weights(model, current) if keep_columns else recommend(model, current)
     withheld = _why_no_recommendation(ranked, PartitionSizes.of_data_files(files), config.compaction.target_file_bytes)
 
     def row(s: Scored) -> dict[str, Any]:
@@ -181,6 +182,7 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
                 "files_read": [round(x, 1) for x in s.files_read]}  # fmt: skip
 
     return {"table": lake.uri, "version": table.version(), "workload": queries_path, "queries": len(queries),
+            "keep_columns": keep_columns,
             "query_text": [q.text for q in queries], "sample_rows": sample.num_rows,
             "table_rows": sum(f.rows for f in files), "table_bytes": table_bytes,
             "target_file_bytes": config.compaction.target_file_bytes,
@@ -211,7 +213,8 @@ def format_advice(data: dict[str, Any]) -> str:
     lines = [f"{data['workload']}: {data['queries']} queries; {data['table']} at version {data['version']}, "
              f"{human_bytes(data['table_bytes'])}, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
              f"target {human_bytes(data['target_file_bytes'])} per file", "",
-             "candidate layouts, best first (files a query of the workload reads):"]  # fmt: skip
+             ("candidate weights of the current clustering columns" if data.get("keep_columns")
+              else "candidate layouts") + ", best first (files a query of the workload reads):"]  # fmt: skip
     table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
     shown = data["candidates"][:SHOWN_CANDIDATES]
     if not any(c["current"] for c in shown):

@@ -48,6 +48,7 @@ WEIGHT_ROUNDS = 8
 MAX_WEIGHT = 16.0  # beyond it the other columns get one level: the same layout as leaving them out
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
 MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
+MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,54 @@ class WorkloadModel:
         self.pieces: list[dict[str, list[np.ndarray]]] = [
             {p.column: self._rows(q, p) for p in q.predicates if p.column in sample.column_names} for q in queries
         ]
+        for q, pieces in zip(self.queries, self.pieces, strict=True):
+            for column in sample.column_names:
+                derived = self._derived(q, column)
+                if derived is not None:
+                    pieces[column] = derived
+
+    def _derived(self, query: Query, column: str) -> list[np.ndarray] | None:
+        """The pieces of ``column`` a query selects through predicates on columns that are a function
+        of it (a star schema's hierarchy: d_year of lo_orderdate, s_region of s_city, p_category of
+        p_brand1): a file holding a narrow range of ``column`` holds a narrow range of those columns,
+        and their statistics skip it. Each run of adjacent values of ``column`` whose rows the
+        predicates select is one piece; None when no predicate on another column depends on it."""
+        others = [p for p in query.predicates
+                  if p.column != column and p.column in self.sample.column_names and self._depends(p.column, column)]
+        if not others:
+            return None
+        selected = np.ones(self.rows, dtype=bool)
+        for p in [*others, *(p for p in query.predicates if p.column == column)]:
+            mask = np.zeros(self.rows, dtype=bool)
+            for piece in self._rows(query, p):
+                mask[piece] = True
+            selected &= mask
+        if not selected.any():
+            return [_NONE]
+        codes = self._order(column)
+        rows = np.flatnonzero(selected)
+        values = np.unique(codes[rows])
+        run = np.cumsum(np.r_[0, np.diff(values) > 1])  # the run of adjacent values each selected value is in
+        of_row = run[np.searchsorted(values, codes[rows])]
+        return [rows[of_row == r].astype(np.int32) for r in range(int(run[-1]) + 1)]
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _order(self, column: str) -> np.ndarray:
+        """Each sample row's value of ``column`` as its rank among the column's distinct values."""
+        encoded = pc.dictionary_encode(self.sample[column], null_encoding="encode").combine_chunks()
+        ranks = np.asarray(pc.rank(encoded.dictionary, sort_keys="ascending", tiebreaker="dense"))
+        return ranks[np.asarray(encoded.indices)]
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _depends(self, dependent: str, on: str) -> bool:
+        """Whether every sampled value of ``on`` comes with one value of ``dependent`` (and ``on`` has
+        at least ``MIN_ROWS_PER_VALUE`` rows per value, so that a near-unique column is not taken to
+        determine every other one)."""
+        if self.ndv[on] * MIN_ROWS_PER_VALUE > self.rows or self.ndv[dependent] <= 1:
+            return False
+        values = self._order(on).astype(np.int64)
+        pairs = np.unique(values * (int(self._order(dependent).max()) + 1) + self._order(dependent))
+        return len(pairs) == len(np.unique(values))
 
     def _rows(self, query: Query, p: Predicate) -> list[np.ndarray]:
         column = self.sample[p.column]
@@ -215,11 +264,31 @@ def recommend(model: WorkloadModel, current: Candidate | None) -> list[Scored]:
                         seen.add(key)
                         scored.append(one)
 
-    def simplest_best(s: Scored) -> tuple[float, bool, int, int, int]:
-        c = s.candidate  # on a tie: the current layout (no change), then the one with fewer files, partitions, columns
-        return round(s.mean_files_read, 6), not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
+    return sorted(scored, key=_simplest_best)
 
-    return sorted(scored, key=simplest_best)
+
+def recommend_weights(model: WorkloadModel, current: Candidate) -> list[Scored]:
+    """The current clustering columns and partitioning kept, only their weights searched (``tune
+    --queries --keep-columns``): the current weights, equal weights, and the weights coordinate
+    descent reaches from each, best first."""
+    now = model.score(current)
+    even = model.score(dataclasses.replace(current, weights=tuple(1.0 for _ in current.weights), current=False))
+    found = [now, even]
+    if len(current.clustering_columns) > 1:
+        for start in (now, even):
+            tuned = _tune_weights(model, start)
+            found.append(dataclasses.replace(tuned, candidate=dataclasses.replace(tuned.candidate, current=False)))
+    scored, seen = [], set()
+    for one in found:  # the current layout first: a tie keeps it
+        if one.candidate.weights not in seen:
+            seen.add(one.candidate.weights)
+            scored.append(one)
+    return sorted(scored, key=_simplest_best)
+
+
+def _simplest_best(s: Scored) -> tuple[float, bool, int, int, int]:
+    c = s.candidate  # on a tie: the current layout (no change), then the one with fewer files, partitions, columns
+    return round(s.mean_files_read, 6), not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
 
 
 def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
