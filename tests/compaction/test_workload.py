@@ -188,3 +188,32 @@ def test_weights_only_keeps_the_columns_and_the_partitioning() -> None:
     # Queries the columns cannot serve: every weight reads the same, the current ones are kept.
     idle = recommend_weights(_model(["d_year = 1994"]), current)
     assert idle[0].candidate.current and {s.mean_files_read for s in idle} == {100.0}
+
+
+def test_levels_are_cut_as_the_compactor_cuts_them_and_read_by_their_ranges() -> None:
+    """7 years of days in 7 files: the levels are cut at year starts, so a year reads one file; a
+    region (a function of the city) reads only the levels holding its nations, a nation (of which
+    the region is a function) the levels whose region range admits its region."""
+    rows = 70_000
+    rng = np.random.default_rng(3)
+    days = rng.integers(0, 7 * 365, rows)
+    city = rng.integers(0, 250, rows)
+    sample = pa.table({
+        "lo_orderdate": pa.array(np.datetime64("1992-01-01") + days.astype("timedelta64[D]")),
+        "d_year": pa.array((np.datetime64("1992-01-01") + days.astype("timedelta64[D]")).astype("M8[Y]").astype(int)
+                           + 1970, pa.int32()),
+        "s_city": pa.array([f"city{i:03d}" for i in city]),
+        "s_nation": pa.array([f"nation{i // 10:02d}" for i in city]),
+        "s_region": pa.array([f"region{i // 50}" for i in city]),  # five regions of five adjacent nations
+    })  # fmt: skip
+    model = WorkloadModel(parse_workload(["d_year = 1994", "s_region = 'region1'", "s_nation = 'nation07'"], COLUMNS),
+                          sample, np.ones(rows), table_bytes=7 * 1000, target_file_bytes=1000)  # fmt: skip
+    year, region, nation = model.score(Candidate(("lo_orderdate",), (1.0,), ())).files_read
+    assert year == pytest.approx(1.0, abs=0.05)  # one level of the seven, not two halves
+    assert region == nation == 7  # the date tells nothing about places
+    model = WorkloadModel(parse_workload(["d_year = 1994", "s_region = 'region1'", "s_nation = 'nation07'"], COLUMNS),
+                          sample, np.ones(rows), table_bytes=100 * 1000, target_file_bytes=1000)  # fmt: skip
+    year, region, nation = model.score(Candidate(("s_region",), (1.0,), ())).files_read
+    assert year == 100
+    assert region == pytest.approx(20, rel=0.1)  # five levels, one per region: its own
+    assert nation == pytest.approx(20, rel=0.1)  # the nation's region's level: its range admits the nation
