@@ -19,6 +19,7 @@ Prints tables and rewrites the section of docs/benchmarks.md for its column set 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import statistics
 import sys
@@ -102,10 +103,20 @@ def write_ingested(path: Path, rows: int, files: int, scale_factor: float) -> in
     return int(sum(pa.table(table.get_add_actions(flatten=True))["size_bytes"].to_pylist()))
 
 
+def workload_file(path: Path) -> Path:
+    """The 13 queries' WHERE clauses, one per line: the workload ``lakecluster tune --queries`` reads."""
+    clauses = [re.split(r" GROUP BY | ORDER BY ", sql.split(" WHERE ", 1)[1])[0] for sql in QUERIES.values()]
+    path.write_text("\n".join(clauses) + "\n")
+    return path
+
+
 def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, columns: list[str], rows: int,
-                          scale_factor: float, in_bytes: int, weights: dict[str, float],
-                          round_cuts: bool) -> float:  # fmt: skip
-    """One round of the real compactor, after sketches of the clustering columns as the stream keeps them."""
+                          scale_factor: float, in_bytes: int, weights: dict[str, float], round_cuts: bool,
+                          tune_queries: Path | None = None) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """One round of the real compactor, after sketches of the clustering columns as the stream keeps them;
+    with ``tune_queries``, at the weights ``lakecluster tune --queries --keep-columns`` recommends for
+    that workload on the table as ingested (none recommended: the given ones). Returns the round's
+    seconds and the weights it used."""
     from deltalake import DeltaTable
 
     from lakecluster.compaction.loop import Compactor
@@ -124,12 +135,20 @@ def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, col
     LakeTable.at(str(path)).sketches().write(sketches)
     cfg_file = path.parent / "lakecluster.toml"
     cfg_file.write_text(compactor_config(path, SSB_FULL_COLUMNS, columns, target, in_bytes * 2, weights, round_cuts))
+    if tune_queries is not None:
+        from lakecluster.cli.tune import advise
+
+        advice = advise(LakeTable(load_config(cfg_file, environ={})), str(tune_queries), 200_000, keep_columns=True)
+        if advice["recommended"] is not None:
+            weights = {c: float(w) for c, w in advice["recommended"]["column_weights"].items()}
+        cfg_file.write_text(compactor_config(path, SSB_FULL_COLUMNS, columns, target, in_bytes * 2, weights,
+                                             round_cuts))  # fmt: skip
     compactor = Compactor(load_config(cfg_file, environ={}), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()
     seconds = time.perf_counter() - started
     assert [r.result for r in results] == ["committed"], results
-    return seconds
+    return seconds, weights
 
 
 def run_queries(spark: Any, path: Path, runs: int) -> dict[str, tuple[int, float, list]]:
@@ -157,7 +176,7 @@ def heading(args: argparse.Namespace) -> str:
 
 
 def render(command: str, layouts: list[tuple[str, int, float | None, dict]], args: argparse.Namespace,
-           in_bytes: int, rows: int) -> str:  # fmt: skip
+           in_bytes: int, rows: int, tuned: dict[str, float] | None = None) -> str:  # fmt: skip
     from lakecluster.stream.ssb import SSB_FULL_COLUMNS
 
     names = [label for label, *_ in layouts]
@@ -177,10 +196,17 @@ def render(command: str, layouts: list[tuple[str, int, float | None, dict]], arg
     others = [lay for lay in layouts if "lakecluster" not in lay[0]]
     summary = "\n"
     for label, _, _, mine in (lay for lay in layouts if "lakecluster" in lay[0]):
-        fewest = sum(all(mine[q][0] <= lay[3][q][0] for lay in others) for q in QUERIES)
-        summary += (f"{label.strip('*')} reads the fewest files on {fewest} of the {len(QUERIES)} queries; in total "
-                    f"{totals[label] / totals['Delta ZORDER']:.2f} × Delta ZORDER's files and "
-                    f"{totals[label] / totals['Delta liquid']:.2f} × liquid clustering's.\n")
+        lost = [q for q in QUERIES if not all(mine[q][0] <= lay[3][q][0] for lay in others)]
+        summary += (f"{label.strip('*')} reads the fewest files on {len(QUERIES) - len(lost)} of the {len(QUERIES)} "
+                    f"queries; in total {totals[label] / totals['Delta ZORDER']:.2f} × Delta ZORDER's files and "
+                    f"{totals[label] / totals['Delta liquid']:.2f} × liquid clustering's"
+                    + ("" if not lost else "; more than another layout on " + ", ".join(
+                        f"{q} ({mine[q][0]:,} against {min(lay[3][q][0] for lay in others):,})" for q in lost))
+                    + ".\n")  # fmt: skip
+    if tuned is not None:
+        summary += ("The tuned weights (`lakecluster tune --queries --keep-columns` on the 13 queries' WHERE clauses, "
+                    "a sample of the ingested table): " + (", ".join(f"{c} {w:g}" for c, w in tuned.items())
+                                                          or "none recommended (equal)") + ".\n")  # fmt: skip
     written = {label: n for label, n, _, _ in layouts}
     summary += ("Files written: " + ", ".join(f"{label.strip('*')} {n:,}" for label, n in written.items()
                                                 if label != "as ingested") + ".\n")  # fmt: skip
@@ -211,6 +237,9 @@ def main() -> None:
                    help="also a lakecluster layout with these compaction.column_weights")
     p.add_argument("--equal-depth", action="store_true",
                    help="also a lakecluster layout with compaction.round_cuts = false")
+    p.add_argument("--tuned-weights", action="store_true",
+                   help="also a lakecluster layout with the weights `tune --queries --keep-columns` picks for the 13 "
+                   "queries")  # fmt: skip
     p.add_argument("--only-lakecluster", action="store_true", help="skip the Delta layouts (a trial)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
@@ -218,7 +247,8 @@ def main() -> None:
     command = (f"python bench/ssb.py --scale-factor {args.scale_factor:g} --files {args.files} "
                f"--columns {' '.join(args.columns)} --runs {args.runs}"
                + (f" --weights {' '.join(args.weights)}" if args.weights else "")
-               + (" --equal-depth" if args.equal_depth else ""))  # fmt: skip
+               + (" --equal-depth" if args.equal_depth else "")
+               + (" --tuned-weights" if args.tuned_weights else ""))  # fmt: skip
 
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
@@ -226,6 +256,7 @@ def main() -> None:
     spark = get_session(SparkConfig(master="local[2]", conf={"spark.driver.memory": "6g"}))
     rows = int(6_000_000 * args.scale_factor)
     layouts: list[tuple[str, int, float | None, dict]] = []
+    tuned: dict[str, float] | None = None
     with tempfile.TemporaryDirectory(prefix="lc-ssb-") as tmp:
         work = Path(tmp)
         started = time.perf_counter()
@@ -241,15 +272,21 @@ def main() -> None:
             seconds = method(spark, source, path, target, args.columns)
             print(f"{label}: {seconds:.0f} s", flush=True)
             layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
-        variants = [("lakecluster, equal-depth cuts", {}, False)] if args.equal_depth else []
-        variants.append(("**lakecluster**", {}, True))
+        variants: list[tuple[str, dict[str, float], bool, Path | None]] = []
+        if args.equal_depth:
+            variants.append(("lakecluster, equal-depth cuts", {}, False, None))
+        variants.append(("**lakecluster**", {}, True, None))
         if weights:
-            variants.append(("**lakecluster, weighted**", weights, True))
-        for i, (label, column_weights, round_cuts) in enumerate(variants):
+            variants.append(("**lakecluster, weighted**", weights, True, None))
+        if args.tuned_weights:
+            variants.append(("**lakecluster, tuned weights**", {}, True, workload_file(work / "queries.sql")))
+        for i, (label, column_weights, round_cuts, queries) in enumerate(variants):
             path = work / f"lakecluster-{i}" / "table"
-            seconds = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
-                                            in_bytes, column_weights, round_cuts)  # fmt: skip
-            print(f"{label}: {seconds:.0f} s", flush=True)
+            seconds, used = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
+                                                  in_bytes, column_weights, round_cuts, queries)  # fmt: skip
+            if queries is not None:
+                tuned = used
+            print(f"{label}: {seconds:.0f} s" + (f" (weights {used})" if used else ""), flush=True)
             layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
             shutil.rmtree(path.parent)
     for q in QUERIES:  # the layouts hold the same rows: every query answers the same (sums are decimals: exact)
@@ -259,7 +296,7 @@ def main() -> None:
         for q in QUERIES:
             print(f"| {q} | " + " | ".join(f"{lay[3][q][0]:,}" for lay in layouts) + " |")
         return
-    section = render(command, layouts, args, in_bytes, rows)
+    section = render(command, layouts, args, in_bytes, rows, tuned)
     print(section)
     if not args.no_write:
         write_section(REPO / "docs" / "benchmarks.md", heading(args), section)

@@ -95,10 +95,11 @@ def main() -> None:
 
     from lakecluster.compaction.advise import Candidate, WorkloadModel, sample_rows
     from lakecluster.compaction.loop import Compactor
-    from lakecluster.compaction.planner import clustering_depth, snapshot_files
+    from lakecluster.compaction.planner import snapshot_files
     from lakecluster.compaction.tune import predict
     from lakecluster.compaction.workload import parse_workload
     from lakecluster.config import SparkConfig
+    from lakecluster.layout import clustering_depth
     from lakecluster.spark import get_session
     from lakecluster.stream.job import StreamJob
     from lakecluster.table import LakeTable

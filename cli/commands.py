@@ -387,10 +387,11 @@ def tune(ctx: Context) -> int:
     texts = []
     thresholds = workload = None
     if args.queries:
-        workload = data["workload"] = advise(table, args.queries, args.sample_rows)
+        workload = data["workload"] = advise(table, args.queries, args.sample_rows, keep_columns=args.keep_columns)
         texts.append(format_advice(workload))
     elif args.from_workload:
-        workload = data["workload"] = advise_captured(_existing(table), args.since, args.sample_rows)
+        workload = data["workload"] = advise_captured(_existing(table), args.since, args.sample_rows,
+                                                           keep_columns=args.keep_columns)
         texts.append(format_advice(workload))
     if args.grid or not (args.queries or args.from_workload):
         thresholds = data["thresholds"] = run_tune(table, args.grid)

@@ -141,6 +141,9 @@ def parser() -> argparse.ArgumentParser:
     tu.add_argument("--since", type=_age, metavar="AGE",
                     help="with --from-workload: only queries of the last AGE, e.g. 7d, 12h (default "
                     "compaction.auto_layout_window_s, a week)")  # fmt: skip
+    tu.add_argument("--keep-columns", action="store_true",
+                    help="with --queries or --from-workload: keep the table's clustering columns and partitioning, "
+                    "only choose the columns' weights (compaction.column_weights) for the workload")  # fmt: skip
     tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")

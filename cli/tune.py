@@ -151,8 +151,9 @@ def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str,
     return page
 
 
-def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, Any]:
-    """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table."""
+def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_columns: bool = False) -> dict[str, Any]:
+    """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table;
+    ``keep_columns``: only the weights of the table's clustering columns (``recommend_weights``)."""
     config = lake.config
     try:
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
@@ -160,15 +161,19 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int) -> dict[str, A
         raise WorkloadError(f"cannot read the workload file: {e}").in_file(f"--queries {queries_path}") from None
     try:
         queries = parse_workload(lines, config.table.columns)
-        advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit)
+        advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit,
+                               keep_columns=keep_columns)  # fmt: skip
     except WorkloadError as e:
         raise e.in_file(queries_path) from None
-    return {"workload": queries_path, "queries": len(queries), **_advice_data(lake, queries, advice)}
+    return {"workload": queries_path, "queries": len(queries), "keep_columns": keep_columns,
+            **_advice_data(lake, queries, advice)}
 
 
-def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int) -> dict[str, Any]:
+def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *,
+                    keep_columns: bool = False) -> dict[str, Any]:  # fmt: skip
     """Candidate layouts for the workload the query listener captured (``--from-workload``): one query
-    per distinct set of predicates, weighted by its scans (``compaction.captured``)."""
+    per distinct set of predicates, weighted by its scans (``compaction.captured``); ``keep_columns``:
+    only the weights of the table's clustering columns."""
     config = lake.config
     since = config.compaction.auto_layout_window_s if since_s is None else since_s
     capture = read_capture(lake, config.workload, since_s=since)
@@ -183,8 +188,9 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int) -
     if withheld is not None:
         return {**source, "table": lake.uri, "recommended": None, "no_recommendation": withheld, "candidates": [],
                 "current": None, "query_text": [q.text for q in queries], "shapes": _shapes(captured, None, None)}
-    advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit)
-    data = _advice_data(lake, queries, advice)
+    advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit,
+                           keep_columns=keep_columns)  # fmt: skip
+    data = {"keep_columns": keep_columns, **_advice_data(lake, queries, advice)}
     data["shapes"] = _shapes(captured, data["current"], data["recommended"])
     return {**source, **data}
 
@@ -254,8 +260,9 @@ def format_advice(data: dict[str, Any]) -> str:
     lines = [f"{head}; {data['table']} at version {data['version']}, "
              f"{human_bytes(data['table_bytes'])}, sampled {data['sample_rows']:,} of {data['table_rows']:,} rows; "
              f"target {human_bytes(data['target_file_bytes'])} per file", "",
-             "candidate layouts, best first (files a " + ("scan" if captured else "query") +
-             " of the workload reads):"]  # fmt: skip
+             ("candidate weights of the current clustering columns" if data.get("keep_columns")
+              else "candidate layouts") + ", best first (files a " + ("scan" if captured else "query")
+             + " of the workload reads):"]  # fmt: skip
     table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
     shown = data["candidates"][:SHOWN_CANDIDATES]
     if not any(c["current"] for c in shown):

@@ -4,13 +4,17 @@ Every candidate layout is scored by the files each query of the workload would r
 table is laid out that way, predicted from a sample of the table's rows (no rewrite is tried):
 
 * a partition of ``b`` bytes holds ``n = max(1, round(b / target_file_bytes))`` files, laid out as
-  the compactor lays out a group: each clustering column cut into ``levels`` equal-depth ranges
-  (``choose_levels``, the compactor's own rule, capped by the column's distinct values);
-* a query's predicate on a clustering column touches ``s * levels + 1`` of its ranges for each
-  contiguous piece of the column it selects (one per ``IN`` value, one per range) holding a
-  fraction ``s`` of the partition's rows; a column the query does not filter on is read whole;
-* the query reads ``max(1, n * prod(touched_c / levels_c))`` files of each partition its
-  predicates on the partition column do not prune (every partition without one).
+  the compactor lays out a group: each clustering column cut into ``levels`` (``choose_levels``,
+  the compactor's own rule, capped by the column's distinct values), at equal depth with each cut
+  moved to the roundest value nearby (``cuts.level_cuts``: year starts, brand prefixes);
+* a query reads the levels of a clustering column whose range (their sample rows' [min, max], as
+  a file's statistics) admits every predicate of the query on that column or on a column in one
+  hierarchy with it: a function of it (``d_year`` of ``lo_orderdate``, ``s_region`` of
+  ``s_city``) or one it is a function of (``s_nation`` for ``s_region``). A column the query
+  filters through no such predicate is read whole;
+* the query reads ``max(1, n * prod(share of the partition's rows in the levels read, per
+  column))`` files of each partition its predicates on the partition column do not prune (every
+  partition without one).
 
 Candidates: every set of the ``MAX_COLUMNS`` columns the workload filters on most often, each with
 equal weights and with the weights that minimise the mean (coordinate descent), partitioned by
@@ -37,8 +41,10 @@ import pyarrow.dataset as pds
 
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import DataFile, snapshot_files
+from lakecluster.cuts import Unit, level_cuts
 from lakecluster.errors import LakeclusterError
 from lakecluster.layout import choose_levels
+from lakecluster.sketches import numeric_values
 from lakecluster.table import LakeTable
 
 from .workload import Predicate, Query, WorkloadError
@@ -49,6 +55,7 @@ WEIGHT_ROUNDS = 8
 MAX_WEIGHT = 16.0  # beyond it the other columns get one level: the same layout as leaving them out
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
 MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
+MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,54 @@ class WorkloadModel:
         self.pieces: list[dict[str, list[np.ndarray]]] = [
             {p.column: self._rows(q, p) for p in q.predicates if p.column in sample.column_names} for q in queries
         ]
+        for q, pieces in zip(self.queries, self.pieces, strict=True):
+            for column in sample.column_names:
+                derived = self._derived(q, column)
+                if derived is not None:
+                    pieces[column] = derived
+
+    def _derived(self, query: Query, column: str) -> list[np.ndarray] | None:
+        """The pieces of ``column`` a query selects through predicates on columns that are a function
+        of it (d_year of lo_orderdate, s_region of s_city), for the partitions it prunes: the files
+        of a partition by ``column`` hold one value of those columns, and their statistics skip them.
+        Each run of adjacent values of ``column`` whose rows the predicates select is one piece;
+        None when no predicate on another column depends on it."""
+        others = [p for p in query.predicates
+                  if p.column != column and p.column in self.sample.column_names and self._depends(p.column, column)]
+        if not others:
+            return None
+        selected = np.ones(self.rows, dtype=bool)
+        for p in [*others, *(p for p in query.predicates if p.column == column)]:
+            mask = np.zeros(self.rows, dtype=bool)
+            for piece in self._rows(query, p):
+                mask[piece] = True
+            selected &= mask
+        if not selected.any():
+            return [_NONE]
+        codes = self._order(column)
+        rows = np.flatnonzero(selected)
+        values = np.unique(codes[rows])
+        run = np.cumsum(np.r_[0, np.diff(values) > 1])  # the run of adjacent values each selected value is in
+        of_row = run[np.searchsorted(values, codes[rows])]
+        return [rows[of_row == r].astype(np.int32) for r in range(int(run[-1]) + 1)]
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _order(self, column: str) -> np.ndarray:
+        """Each sample row's value of ``column`` as its rank among the column's distinct values."""
+        encoded = pc.dictionary_encode(self.sample[column], null_encoding="encode").combine_chunks()
+        ranks = np.asarray(pc.rank(encoded.dictionary, sort_keys="ascending", tiebreaker="dense"))
+        return ranks[np.asarray(encoded.indices)]
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _depends(self, dependent: str, on: str) -> bool:
+        """Whether every sampled value of ``on`` comes with one value of ``dependent`` (and ``on`` has
+        at least ``MIN_ROWS_PER_VALUE`` rows per value, so that a near-unique column is not taken to
+        determine every other one)."""
+        if self.ndv[on] * MIN_ROWS_PER_VALUE > self.rows or self.ndv[dependent] <= 1:
+            return False
+        values = self._order(on).astype(np.int64)
+        pairs = np.unique(values * (int(self._order(dependent).max()) + 1) + self._order(dependent))
+        return len(pairs) == len(np.unique(values))
 
     def _rows(self, query: Query, p: Predicate) -> list[np.ndarray]:
         column = self.sample[p.column]
@@ -163,20 +218,76 @@ class WorkloadModel:
         cols = candidate.clustering_columns
         caps = [self.ndv[c] for c in cols]
         levels = {int(n): choose_levels(n, caps, candidate.weights) for n in np.unique(view.files)}
-        level_rows = np.array([levels[int(n)] for n in view.files], dtype=float)  # partitions x columns
+        level_rows = np.array([levels[int(n)] for n in view.files], dtype=np.int64)  # partitions x columns
         scored = Scored(candidate, int(view.files.sum()), weights=[q.weight for q in self.queries])
-        for q, shares in enumerate(view.shares):
+        for q in range(len(self.queries)):
             fraction = np.ones(len(view.files))
             for i, c in enumerate(cols):
-                if c in shares:  # pieces x partitions: each piece's share of a partition's rows
-                    touched = (shares[c] * level_rows[:, i] + 1).sum(axis=0)
-                    fraction *= np.minimum(touched, level_rows[:, i]) / level_rows[:, i]
+                if not self._filters(q, c):
+                    continue
+                for lv in np.unique(level_rows[:, i]):
+                    at = level_rows[:, i] == lv
+                    fraction[at] *= self._levels_read(q, c, candidate.partition_by, int(lv))[at]
             scored.files_read.append(float(np.maximum(1.0, view.files * fraction)[view.read[q]].sum()))
         return scored
 
+    def _related(self, column: str, other: str) -> bool:
+        """Whether ``other`` is ``column`` or in one hierarchy with it (a function of it, or it of ``other``)."""
+        return other == column or (other in self.sample.column_names
+                                   and (self._depends(other, column) or self._depends(column, other)))  # fmt: skip
+
+    def _filters(self, q: int, column: str) -> bool:
+        return any(self._related(column, p.column) for p in self.queries[q].predicates)
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _levels(self, column: str, levels: int) -> np.ndarray:
+        """Each sample row's level when ``column`` is cut into ``levels`` as the compactor cuts it: at
+        equal depth, each cut moved to the roundest value nearby (``cuts.level_cuts``)."""
+        array = self.sample[column].combine_chunks()
+        kind = array.type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            values = np.asarray(pc.fill_null(array, "").to_pylist(), dtype=str)
+            unit: Unit = "string"
+        else:
+            numbers = numeric_values(array)
+            values = np.where(np.isnan(numbers), -np.inf, numbers)  # nulls: the first level, as ranks put them
+            unit = "date" if pa.types.is_date(kind) else "timestamp" if pa.types.is_timestamp(kind) else "number"
+        edges, inverse = np.unique(values, return_inverse=True)
+        mass = np.bincount(inverse.ravel(), weights=self.weights, minlength=len(edges))
+        starts = np.r_[0.0, np.cumsum(mass)[:-1]] / max(float(mass.sum()), 1e-300)
+        cuts = level_cuts(edges, starts, levels, unit)
+        return np.searchsorted(cuts, edges, side="right")[inverse.ravel()].astype(np.int64)
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _levels_read(self, q: int, column: str, partition_by: tuple[str, ...], levels: int) -> np.ndarray:
+        """Per partition, the share of its rows in the levels of ``column`` query ``q`` reads: a level
+        is skipped when, for a predicate on the column or on a column in one hierarchy with it, the
+        level's range of that column (its rows' [min, max], as a file's statistics) admits none of
+        the values the predicate selects."""
+        view = self._partitioned(partition_by)
+        level = self._levels(column, levels)
+        width = int(level.max()) + 1
+        cell = view.codes * width + level
+        parts = len(view.files)
+        mass = np.bincount(cell, weights=self.weights, minlength=parts * width)
+        read = mass > 0
+        query = self.queries[q]
+        for p in query.predicates:
+            if not self._related(column, p.column):
+                continue
+            ranks = self._order(p.column)
+            low = np.full(parts * width, np.iinfo(np.int64).max, dtype=np.int64)
+            high = np.full(parts * width, -1, dtype=np.int64)
+            np.minimum.at(low, cell, ranks)
+            np.maximum.at(high, cell, ranks)
+            chosen = np.unique(np.concatenate([ranks[rows] for rows in self._rows(query, p)]))
+            read &= np.searchsorted(chosen, low, "left") < np.searchsorted(chosen, high, "right")
+        share = np.where(read, mass, 0.0).reshape(parts, width).sum(axis=1)
+        return share / np.maximum(view.part_rows, 1e-300)
+
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _partitioned(self, partition_by: tuple[str, ...]) -> _Partitioned:
-        """Files per partition, and per query each predicate's piece shares and the partitions read."""
+        """Files per partition, and per query the partitions read."""
         if partition_by:
             codes = _codes(self.sample, partition_by)
             parts = int(codes.max()) + 1
@@ -185,15 +296,12 @@ class WorkloadModel:
         part_rows = np.bincount(codes, weights=self.weights, minlength=parts)
         share = part_rows / part_rows.sum()
         files = np.maximum(MIN_PARTITION_FILES, np.round(self.table_bytes * share / self.target_file_bytes))
-        view = _Partitioned(files)
+        view = _Partitioned(files, codes, part_rows)
         for pieces in self.pieces:
-            counts = {c: np.array([np.bincount(codes[i], weights=self.weights[i], minlength=parts) for i in rows])
-                      for c, rows in pieces.items()}  # fmt: skip
-            view.shares.append({c: n / np.maximum(part_rows, 1) for c, n in counts.items()})
             read = np.ones(parts, dtype=bool)
             for c in partition_by:
-                if c in counts:  # the partitions none of whose sampled rows match are pruned
-                    read &= counts[c].sum(axis=0) > 0
+                if c in pieces:  # the partitions none of whose sampled rows match are pruned
+                    read &= np.bincount(codes[np.concatenate(pieces[c])], minlength=parts) > 0
             view.read.append(read)
         return view
 
@@ -201,7 +309,8 @@ class WorkloadModel:
 @dataclass
 class _Partitioned:
     files: np.ndarray
-    shares: list[dict[str, np.ndarray]] = field(default_factory=list)
+    codes: np.ndarray  # each sample row's partition
+    part_rows: np.ndarray  # rows each partition stands for
     read: list[np.ndarray] = field(default_factory=list)
 
 
@@ -234,11 +343,31 @@ def recommend(model: WorkloadModel, current: Candidate | None, *,
                         seen.add(key)
                         scored.append(one)
 
-    def simplest_best(s: Scored) -> tuple[float, bool, int, int, int]:
-        c = s.candidate  # on a tie: the current layout (no change), then the one with fewer files, partitions, columns
-        return round(s.mean_files_read, 6), not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
+    return sorted(scored, key=_simplest_best)
 
-    return sorted(scored, key=simplest_best)
+
+def recommend_weights(model: WorkloadModel, current: Candidate) -> list[Scored]:
+    """The current clustering columns and partitioning kept, only their weights searched (``tune
+    --queries --keep-columns``): the current weights, equal weights, and the weights coordinate
+    descent reaches from each, best first."""
+    now = model.score(current)
+    even = model.score(dataclasses.replace(current, weights=tuple(1.0 for _ in current.weights), current=False))
+    found = [now, even]
+    if len(current.clustering_columns) > 1:
+        for start in (now, even):
+            tuned = _tune_weights(model, start)
+            found.append(dataclasses.replace(tuned, candidate=dataclasses.replace(tuned.candidate, current=False)))
+    scored, seen = [], set()
+    for one in found:  # the current layout first: a tie keeps it
+        if one.candidate.weights not in seen:
+            seen.add(one.candidate.weights)
+            scored.append(one)
+    return sorted(scored, key=_simplest_best)
+
+
+def _simplest_best(s: Scored) -> tuple[float, bool, int, int, int]:
+    c = s.candidate  # on a tie: the current layout (no change), then the one with fewer files, partitions, columns
+    return round(s.mean_files_read, 6), not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
 
 
 @dataclass
@@ -276,8 +405,10 @@ def current_candidate(columns: Sequence[str], weights: dict[str, float], partiti
 
 
 def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candidate, sample_limit: int,
-                  partitionings: Sequence[tuple[str, ...]] | None = None) -> Advice:  # fmt: skip
-    """Score the candidate layouts for ``queries`` on a sample of ``lake``'s latest version.
+                  partitionings: Sequence[tuple[str, ...]] | None = None,
+                  keep_columns: bool = False) -> Advice:  # fmt: skip
+    """Score the candidate layouts for ``queries`` on a sample of ``lake``'s latest version; with
+    ``keep_columns``, only the weights of the current clustering columns (``recommend_weights``).
 
     Raises:
         WorkloadError: a query compares a column with a value of another type.
@@ -292,7 +423,8 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     target = config.compaction.target_file_bytes
     model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target)
-    ranked = recommend(model, current, partitionings=partitionings)
+    ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
+                                                                               partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target)
     return Advice(table.version(), files, sample.num_rows, ranked, withheld, actions)
 

@@ -24,10 +24,10 @@ from tests.workload_records import record, write
 pytestmark = pytest.mark.integration
 
 
-def _tune(table: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _tune(table: Path, *args: str, json_output: bool = True) -> subprocess.CompletedProcess[str]:
     flags = [f"--set={k}={v}" for k, v in SMALL.items()]
-    return subprocess.run(lakecluster_cmd(f"--set=table.path={table}", "--set=table.partition_by=[]", *flags, "--json",
-                                          "tune", *args),
+    return subprocess.run(lakecluster_cmd(f"--set=table.path={table}", "--set=table.partition_by=[]", *flags,
+                                          *(["--json"] if json_output else []), "tune", *args),
                           env=subprocess_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
@@ -94,6 +94,26 @@ def test_tune_recommends_the_layout_the_workload_filters_on(tmp_path: Path) -> N
     page = (tmp_path / "o" / "tune.html").read_text()
     assert "Layouts for the workload" in page and page.count("<rect") == len(advice["candidates"][:12]) + (
         0 if any(c["current"] for c in advice["candidates"][:12]) else 1)
+
+
+def test_tune_keep_columns_recommends_only_weights_for_the_current_columns(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    _ssb_table(table, rows=40_000, files=8)
+    workload = tmp_path / "workload.sql"
+    workload.write_text("".join(f"c_city = 'UNITED KI{i}'\n" for i in range(6)) + "c_nation = 'PERU'\n")
+    result = _tune(table, f"--queries={workload}", "--keep-columns", "--sample-rows=20000")
+    assert result.returncode == 0, result.stderr
+    advice = json.loads(result.stdout)["workload"]
+    assert advice["keep_columns"]
+    assert {tuple(c["clustering_columns"]) for c in advice["candidates"]} == {("s_city", "c_city", "p_brand")}
+    best = advice["recommended"]
+    weights = best["column_weights"]
+    assert weights["c_city"] > weights["s_city"] and weights["c_city"] > weights["p_brand"]
+    assert best["mean_files_read"] < advice["current"]["mean_files_read"]
+    text = _tune(table, f"--queries={workload}", "--keep-columns", "--sample-rows=20000", json_output=False)
+    assert text.returncode == 0, text.stderr
+    assert "candidate weights of the current clustering columns" in text.stdout
+    assert "[compaction.column_weights]" in text.stdout
 
 
 def test_tune_names_the_bad_line_of_a_workload_in_one_line(tmp_path: Path) -> None:

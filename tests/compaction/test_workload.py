@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from lakecluster.compaction.advise import Candidate, WorkloadModel, recommend, sample_rows
+from lakecluster.compaction.advise import Candidate, WorkloadModel, recommend, recommend_weights, sample_rows
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.workload import Predicate, WorkloadError, parse_workload
 from lakecluster.config import load_config
@@ -144,3 +144,76 @@ def test_a_tie_keeps_the_current_layout_and_repeated_values_count_once() -> None
     once, repeated = _model(["s_city IN ('city0001')", "s_city IN ('city0001', 'city0001', 'city0001')"]).score(
         Candidate(("s_city",), (1.0,), ())).files_read  # fmt: skip
     assert once == repeated
+
+
+def _hierarchy(clauses: list[str], rows: int = 50_000) -> WorkloadModel:
+    """100 files of rows with a 250-value city, its nation and region (functions of it, as in SSB), a
+    year and a near-unique key."""
+    rng = np.random.default_rng(2)
+    city = rng.integers(0, 250, rows)
+    sample = pa.table({
+        "s_city": pa.array([f"city{i:03d}" for i in city]),
+        "s_nation": pa.array([f"nation{i // 10:02d}" for i in city]),
+        "s_region": pa.array([f"region{(i // 10) % 5}" for i in city]),  # a region's nations are not adjacent
+        "d_year": pa.array(rng.integers(1992, 1997, rows), pa.int32()),
+        "lo_orderkey": pa.array(rng.permutation(rows), pa.int64()),
+    })  # fmt: skip
+    return WorkloadModel(parse_workload(clauses, COLUMNS), sample, np.ones(rows), table_bytes=100 * 1000,
+                         target_file_bytes=1000)  # fmt: skip
+
+
+def test_a_predicate_on_a_function_of_a_clustering_column_selects_its_pieces() -> None:
+    model = _hierarchy(["s_nation = 'nation03'", "s_region = 'region1'", "s_region = 'region1' AND s_city <= 'city100'",
+                        "d_year = 1994", "s_city = 'city033'"])  # fmt: skip
+    nation, region, both, year, city = model.score(Candidate(("s_city",), (1.0,), ())).files_read
+    assert 4 <= nation <= 6  # one run of 10 cities: 4% of 100 files and a range's edge
+    assert 20 <= region <= 27  # five runs of 10 cities each, not adjacent: five pieces
+    assert 8 <= both <= 14  # the region's runs below city100 only
+    assert year == 100  # d_year is no function of s_city: no file skipped
+    assert 1 <= city <= 1.5
+    # A near-unique column seems to determine every other one in a sample: it is taken to determine none.
+    assert model.score(Candidate(("lo_orderkey",), (1.0,), ())).files_read[3] == 100
+
+
+def test_weights_only_keeps_the_columns_and_the_partitioning() -> None:
+    model = _model([f"s_city = 'city{i:04d}'" for i in range(8)] + ["c_city = 'city0001'", "d_year = 1994"])
+    current = Candidate(("c_city", "s_city"), (1.0, 1.0), (), current=True)
+    ranked = recommend_weights(model, current)
+    assert {s.candidate.clustering_columns for s in ranked} == {("c_city", "s_city")}
+    assert {s.candidate.partition_by for s in ranked} == {()}
+    assert sum(s.candidate.current for s in ranked) == 1
+    best = ranked[0]
+    assert not best.candidate.current and best.candidate.weights[1] > best.candidate.weights[0]
+    assert best.mean_files_read < model.score(current).mean_files_read
+    # Queries the columns cannot serve: every weight reads the same, the current ones are kept.
+    idle = recommend_weights(_model(["d_year = 1994"]), current)
+    assert idle[0].candidate.current and {s.mean_files_read for s in idle} == {100.0}
+
+
+def test_levels_are_cut_as_the_compactor_cuts_them_and_read_by_their_ranges() -> None:
+    """7 years of days in 7 files: the levels are cut at year starts, so a year reads one file; a
+    region (a function of the city) reads only the levels holding its nations, a nation (of which
+    the region is a function) the levels whose region range admits its region."""
+    rows = 70_000
+    rng = np.random.default_rng(3)
+    days = rng.integers(0, 7 * 365, rows)
+    city = rng.integers(0, 250, rows)
+    sample = pa.table({
+        "lo_orderdate": pa.array(np.datetime64("1992-01-01") + days.astype("timedelta64[D]")),
+        "d_year": pa.array((np.datetime64("1992-01-01") + days.astype("timedelta64[D]")).astype("M8[Y]").astype(int)
+                           + 1970, pa.int32()),
+        "s_city": pa.array([f"city{i:03d}" for i in city]),
+        "s_nation": pa.array([f"nation{i // 10:02d}" for i in city]),
+        "s_region": pa.array([f"region{i // 50}" for i in city]),  # five regions of five adjacent nations
+    })  # fmt: skip
+    model = WorkloadModel(parse_workload(["d_year = 1994", "s_region = 'region1'", "s_nation = 'nation07'"], COLUMNS),
+                          sample, np.ones(rows), table_bytes=7 * 1000, target_file_bytes=1000)  # fmt: skip
+    year, region, nation = model.score(Candidate(("lo_orderdate",), (1.0,), ())).files_read
+    assert year == pytest.approx(1.0, abs=0.05)  # one level of the seven, not two halves
+    assert region == nation == 7  # the date tells nothing about places
+    model = WorkloadModel(parse_workload(["d_year = 1994", "s_region = 'region1'", "s_nation = 'nation07'"], COLUMNS),
+                          sample, np.ones(rows), table_bytes=100 * 1000, target_file_bytes=1000)  # fmt: skip
+    year, region, nation = model.score(Candidate(("s_region",), (1.0,), ())).files_read
+    assert year == 100
+    assert region == pytest.approx(20, rel=0.1)  # five levels, one per region: its own
+    assert nation == pytest.approx(20, rel=0.1)  # the nation's region's level: its range admits the nation
