@@ -333,6 +333,7 @@ def run_arm(arm: str, work: Path, setup: dict, plan: list[list[str]], switch: in
           "setup_s": round(time.perf_counter() - started, 1)})  # fmt: skip
     for r, clauses in enumerate(plan):
         started = time.perf_counter()
+        loop: dict[str, Any] = {}
         ingested = append(home, fragments[str(r)], spark)
         if r == switch and arm == "Delta liquid":
             columns = list(SECOND_COLUMNS)
@@ -353,6 +354,10 @@ def run_arm(arm: str, work: Path, setup: dict, plan: list[list[str]], switch: in
             if listener is not None:
                 service.layout_loop(seconds)  # between rounds, as the service does
                 rounds(service)  # a layout adopted now is followed at once
+                last = service.auto.last
+                if last is not None:  # what the loop decided this round, for the record
+                    loop = {"decision": last.decision, "scans": last.scans, "gain": last.gain,
+                            "recommended": (last.recommended or {}).get("clustering_columns")}  # fmt: skip
                 adopted = service.adoption
                 if adopted is not None:
                     columns = list(adopted.clustering_columns)
@@ -365,7 +370,8 @@ def run_arm(arm: str, work: Path, setup: dict, plan: list[list[str]], switch: in
             time.sleep(max(0.0, round_s - (time.perf_counter() - started)))  # a round is round_s of the clock
         emit({"arm": arm, "round": r, "files_read": files, "answers": answers, "ingested": ingested,
               "rewritten": log.rewritten(), "live_files": _live(home), "maintain_s": round(maintain_s, 2),
-              "layout": {"columns": columns, "weights": weights}})  # fmt: skip
+              "layout": {"columns": columns, "weights": weights},
+              **({"layout_loop": loop} if loop else {})})  # fmt: skip
 
 
 def slug(arm: str) -> str:
