@@ -5,6 +5,7 @@ once whatever else writes and compacts the table meanwhile."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 from lakecluster import metrics
 from lakecluster.cli.status import layout_status
@@ -27,6 +28,7 @@ from lakecluster.compaction.relayout import relayout_groups
 from lakecluster.compaction.workload import Predicate, Query
 from lakecluster.config import CompactionConfig, Config
 from lakecluster.stream.generator import generate
+from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable, parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.generated_tables import generator_config
@@ -45,8 +47,11 @@ def _sample(name: str, labels: dict[str, str] | None = None) -> float | None:
 
 
 def _config(table: Path, **settings: str) -> Config:
+    # The stream id fixed: a copy of the filled table keeps the stream's checkpoint, so a stream
+    # started on it goes on where the fill stopped.
     return generator_config(table, rows=ROWS, per_batch=3_000, **{
-        "table.partition_by": "[]", "vacuum.interval_s": "0", "compaction.auto_layout_sample_rows": "5000",
+        "table.partition_by": "[]", "stream.id": '"orders"', "vacuum.interval_s": "0",
+        "compaction.auto_layout_sample_rows": "5000",
         **settings})  # fmt: skip
 
 
@@ -249,13 +254,14 @@ def test_the_re_cluster_takes_the_files_the_workload_reads_most_first_within_the
     assert [g.files[0].path for g in kept] == ["a", "b", "c"] and not kept[-1].relayout and cut
 
 
-def test_a_layout_change_beside_appends_and_a_second_compactor_keeps_every_row_once(spark, filled,
-                                                                                     tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+def test_a_layout_change_beside_the_stream_and_a_second_compactor_keeps_every_row_once(spark, filled,
+                                                                                        tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    # Groups of a few files: the re-cluster takes several commits, between the stream's.
     config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"',
                                                 "compaction.max_groups_per_run": "2",
+                                                "compaction.max_group_bytes": "180000",
                                                 "compaction.rewrite_budget_bytes_per_day": "1000000000"})  # fmt: skip
     first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
-    expected = _keys(read_delta(config.table.path))
 
     # Both score at once; one layout is adopted, the other compactor follows it.
     threads = [threading.Thread(target=c.layout_loop, args=(0.0,)) for c in (first, second)]
@@ -269,43 +275,81 @@ def test_a_layout_change_beside_appends_and_a_second_compactor_keeps_every_row_o
     second.follow_adoption()
     assert first.fingerprint == second.fingerprint == adoptions[0].fingerprint
 
-    # Another writer appends while both compactors re-cluster (the stream's role: blind appends).
-    stop = threading.Event()
-    appended: list[pa.Table] = []
+    # The stream goes on from its checkpoint (copied with the table, the stream id fixed): small
+    # batches on a short trigger, while both compactors re-cluster to the adopted layout.
+    g = config.source.generator
+    streamed = replace(config, source=replace(config.source, generator=replace(
+        g, max_rows=ROWS + 30_000, max_rows_per_trigger=400, rows_per_second=800)),
+        stream=replace(config.stream, trigger_interval_s=0.3))  # fmt: skip
+    stream = StreamJob(streamed, spark=spark)
+    failures: list[BaseException] = []
 
-    def append() -> None:
-        start = ROWS
-        while not stop.is_set():
-            batch = pa.Table.from_batches([generate(start, start + 300, config.source.generator, config.table.columns)])
-            write_deltalake(config.table.path, batch, mode="append")
-            appended.append(batch)
-            start += 300
-            time.sleep(0.3)
+    def run_stream() -> None:
+        try:
+            stream.run()
+        except BaseException as e:  # reported by the assertion below
+            failures.append(e)
 
-    writer = threading.Thread(target=append)
+    def committed() -> int:
+        return sum(1 for r in stream.reports if not r.skipped and r.rows)
+
+    streaming = threading.Thread(target=run_stream)
+    streaming.start()
     runners = [threading.Thread(target=c.run_forever) for c in (first, second)]
-    writer.start()
-    for r in runners:
-        r.start()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(pending(_live(config)[0], adoptions[0].fingerprint)):
-        time.sleep(0.5)
-    stop.set()
-    writer.join()
-    time.sleep(1.0)  # a round planned on the last append
-    for c in (first, second):
-        c.request_stop()
-    for r in runners:
-        r.join(60)
-    assert not any(r.is_alive() for r in runners)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not committed() and not failures:
+            time.sleep(0.2)
+        assert committed(), f"the stream committed no batch in 120 s: {failures}"
+        for r in runners:
+            r.start()
+        # Until the re-cluster is done and the stream committed after its first step.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not failures and (
+                len(pending(_live(config)[0], adoptions[0].fingerprint))
+                or not _streamed_beside(_commits(config))):  # fmt: skip
+            time.sleep(0.3)
+    finally:
+        stream.request_stop()  # the batch in flight is finished, then the query stops
+        streaming.join(60)
+        for c in (first, second):
+            c.request_stop()
+        for r in runners:
+            if r.is_alive():
+                r.join(60)
+    assert not streaming.is_alive() and not any(r.is_alive() for r in runners)
+    assert not failures and stream.restarts == 0, failures
     assert not len(pending(_live(config)[0], adoptions[0].fingerprint)), "the re-cluster did not finish in 90 s"
 
-    for batch in appended:
-        expected += _keys(batch)
-    expected.sort()
-    assert len(expected) > ROWS
-    assert _keys(read_delta(config.table.path)) == expected  # delta-rs
+    # What the stream committed, from its commits' metadata: offset ranges [start, end) of the
+    # generator, one after the other from 0 (the fill) to the last; the generator's rows are a
+    # pure function of their offset, so those are the rows the table must hold, each once.
+    commits = _commits(config)
+    assert _streamed_beside(commits), "the stream committed nothing after the re-cluster's first step"
+    ranges = [((m["start_offsets"] or {"rows": 0})["rows"], m["offsets"]["rows"]) for _, m in commits
+              if m.get("stream") == "orders"]  # fmt: skip
+    assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), ranges
+    end = ranges[-1][1]
+    mine = [r for r in stream.reports if not r.skipped and r.rows]
+    assert end - ROWS == sum(r.rows for r in mine) > 0 and json.loads(mine[-1].offsets or "{}") == {"rows": end}
+
+    expected = pa.Table.from_batches([generate(0, end, config.source.generator, config.table.columns)])
+    rows = read_delta(config.table.path)  # delta-rs
+    assert rows.num_rows == end
+    # Every column of every row as generated (the table's schema only differs in nullability).
+    assert rows.select(expected.column_names).sort_by("lo_orderkey").cast(expected.schema).equals(expected)
     duck = duckdb_connection().execute(
         f"SELECT lo_orderkey, lo_linenumber FROM delta_scan('{config.table.path}')").fetchall()
-    assert sorted(duck) == expected  # DuckDB's own Delta reader
-    assert any(m.get("adoption") == "1" for m in _metadata(config))
+    assert sorted(duck) == _keys(expected)  # DuckDB's own Delta reader
+
+
+def _commits(config: Config) -> list[tuple[int, dict]]:
+    """Every commit's version and lakecluster metadata, oldest first."""
+    return sorted(((int(h["version"]), parse_user_metadata(h.get("userMetadata")) or {})
+                   for h in DeltaTable(config.table.path).history()), key=lambda c: c[0])  # fmt: skip
+
+
+def _streamed_beside(commits: list[tuple[int, dict]]) -> bool:
+    """Whether the stream committed after the re-cluster to adopted layout 1 began."""
+    relaid = [v for v, m in commits if m.get("adoption") == "1"]
+    return bool(relaid) and any(v > min(relaid) and m.get("stream") == "orders" for v, m in commits)
