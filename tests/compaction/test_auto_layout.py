@@ -19,16 +19,19 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster import metrics
-from lakecluster.cli.status import layout_status
+from lakecluster.cli.report import collect
+from lakecluster.cli.status import format_text, layout_status, table_status
 from lakecluster.compaction.adoptions import Adoption, AdoptionStore
-from lakecluster.compaction.auto_layout import AutoLayout, file_hits, pending
+from lakecluster.compaction.auto_layout import AutoLayout, file_hits, fingerprint_of, pending
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.planner import DataFile, Group
 from lakecluster.compaction.relayout import relayout_groups
 from lakecluster.compaction.workload import Predicate, Query
 from lakecluster.config import CompactionConfig, Config
+from lakecluster.layout import layout_fingerprint
 from lakecluster.stream.generator import generate
 from lakecluster.stream.job import StreamJob
+from lakecluster.stream.source import open_source
 from lakecluster.table import LakeTable, parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.generated_tables import generator_config
@@ -112,6 +115,7 @@ def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, fi
     text = subprocess.run(lakecluster_cmd(*args, "status"), capture_output=True, text=True, env=subprocess_env(),
                           timeout=120).stdout  # fmt: skip
     assert "layout     s_city, c_city, p_brand (configured); compaction.auto_layout = advise" in text
+    assert "per column of the configured layout: " in text
     assert "recommended (" in text and "advise only" in text
 
 
@@ -178,6 +182,55 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
     data = json.loads(history.stdout)
     assert [a["number"] for a in data["adoptions"]] == [1]
     assert any("re-cluster to adopted layout 1" in v["service"] for v in data["versions"])
+
+
+def test_status_measures_the_clustering_depth_on_the_layout_in_effect(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"'})
+    configured = table_status(LakeTable(config), open_source(config))
+    assert set(configured["clustering"]) == {"s_city", "c_city", "p_brand"}
+    assert configured["clustering_layout"] == {"clustering_columns": ["s_city", "c_city", "p_brand"],
+                                               "adoption": None, "without_sketches": []}  # fmt: skip
+    assert "per column of the configured layout: s_city " in format_text(configured)
+
+    # A layout adopted (as a compactor adopts it), before any compactor built its columns' sketches.
+    columns = ("c_nation", "lo_quantity")
+    fingerprint = layout_fingerprint(columns, dict.fromkeys(columns, 1.0), config.compaction.curve)
+    _, won = AdoptionStore(LakeTable(config)).adopt(
+        Adoption(1, "a1", columns, (1.0, 1.0), fingerprint, fingerprint_of(config), time.time()))
+    assert won
+    data = table_status(LakeTable(config), open_source(config))
+    assert data["clustering_layout"] == {"clustering_columns": list(columns), "adoption": 1,
+                                         "without_sketches": list(columns)}  # fmt: skip
+    assert data["clustering"] == {} and data["layout"]["in_effect"]["adopted"]
+    assert ("per column of adopted layout 1: no boundary sketches of c_nation, lo_quantity yet"
+            in format_text(data))  # fmt: skip
+
+    # The compactor's first round on it builds them: status and the compactor's gauges agree.
+    compactor = Compactor(config, spark=spark)
+    assert compactor.config.table.clustering_columns == columns
+    compactor.sketches()
+    compactor.monitor.observe()
+    data = table_status(LakeTable(config), open_source(config))
+    assert set(data["clustering"]) == set(columns) and data["clustering_layout"]["without_sketches"] == []
+    for c in columns:
+        gauge = _sample("lakecluster_point_query_files_estimate", {"column": c})
+        assert gauge is not None and data["clustering"][c]["point_query_files"] == round(gauge, 1)
+    depths = ", ".join(f"{c} {data['clustering'][c]['point_query_files']:g}" for c in columns)
+    assert f"per column of adopted layout 1: {depths}" in format_text(data)
+    assert set(collect(LakeTable(config), open_source(config))["key_ranges"]) == set(columns)  # `report` too
+
+    # Not in effect: the configured layout's depth again, and status says why.
+    advise = replace(config, compaction=replace(config.compaction, auto_layout="advise"))
+    data = table_status(LakeTable(advise), open_source(advise))
+    assert set(data["clustering"]) == {"s_city", "c_city", "p_brand"} and data["clustering_layout"]["adoption"] is None
+    assert "adopted layout 1 (c_nation, lo_quantity) is not in effect: compaction.auto_layout is not apply" \
+        in format_text(data)  # fmt: skip
+    # An adoption the compactor refuses (a column the configuration no longer has): not in effect either.
+    AdoptionStore(LakeTable(config)).adopt(Adoption(2, "a2", ("gone",), (1.0,), "fx", fingerprint, time.time()))
+    data = table_status(LakeTable(config), open_source(config))
+    assert data["clustering_layout"]["adoption"] is None and set(data["clustering"]) == {"s_city", "c_city", "p_brand"}
+    assert "adopted layout 2 (gone) is not in effect: its columns are not data columns" in format_text(data)
+    assert Compactor(config, spark=spark).config.table.clustering_columns == ("s_city", "c_city", "p_brand")
 
 
 def _live(config: Config) -> tuple[pa.Table, int]:
