@@ -9,6 +9,7 @@ no plotting library and opens offline; ``report.json`` beside it holds the same 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import html
 import json
@@ -32,6 +33,12 @@ HISTORY_LIMIT = 2000  # commits read back for the rewrite history
 def collect(table: LakeTable, source: Source) -> dict[str, Any]:
     """Everything the page shows, as plain data."""
     status = table_status(table, source, lag_timeout_s=2.0)
+    # The key ranges of the layout in effect, whose depth the status measured (an adopted one
+    # when compaction.auto_layout = apply): a handle whose live files carry those columns' stats.
+    in_effect = status["clustering_layout"]["clustering_columns"]
+    if tuple(in_effect) != table.config.table.clustering_columns:
+        table = LakeTable(dataclasses.replace(table.config, table=dataclasses.replace(
+            table.config.table, clustering_columns=tuple(in_effect))))  # fmt: skip
     _, files = table.live_files().snapshot()
     sizes = files["size"].to_numpy()
     edges = 2 ** np.arange(10, 35)  # 1 KiB .. 16 GiB
@@ -107,6 +114,14 @@ def timeline(rewrites: list[dict]) -> str:
                        dots=next(iter(series)))  # fmt: skip
 
 
+def _layout_named(s: dict[str, Any]) -> str:
+    cl = s.get("clustering_layout")
+    if cl is None:
+        return ""
+    which = "the configured layout" if cl["adoption"] is None else f"adopted layout {cl['adoption']}"
+    return f"Clustering columns of {which}: {', '.join(cl['clustering_columns'])}."
+
+
 def render(data: dict[str, Any]) -> str:
     s = data["status"]
     clustering = s.get("clustering") or {}
@@ -120,6 +135,7 @@ def render(data: dict[str, Any]) -> str:
         plots.bars([plots.size_label(h["up_to_bytes"]) for h in hist], [h["files"] for h in hist], "file sizes",
                    "files"),
         "<h2>Files a point query reads, per clustering column</h2>",
+        f"<p>{html.escape(_layout_named(s))}</p>",
         f"<p>Out of {s['files']:,} files; a well clustered table reads few.</p>",
         plots.bars(list(clustering), [c["point_query_files"] for c in clustering.values()], "point query files",
                    "files read", plots.GREEN),

@@ -15,10 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster.cli.stream_progress import batch_progress, format_progress
-from lakecluster.compaction.adoptions import AdoptionStore
+from lakecluster.compaction.adoptions import Adoption, AdoptionStore
 from lakecluster.compaction.auto_layout import effective, pending
 from lakecluster.compaction.monitor import observe
 from lakecluster.compaction.partition_sizes import PartitionSizes
+from lakecluster.config import Config
 from lakecluster.sizes import human_bytes
 from lakecluster.stream.source import Source
 from lakecluster.table import LakeTable, Operation, TableState
@@ -29,25 +30,49 @@ def _seconds_ago(ms: int | None, now: float) -> float | None:
 
 
 def table_status(table: LakeTable, source: Source, *, lag_timeout_s: float = 5.0) -> dict[str, Any]:
-    """The status of the table as plain data (the ``--json`` output)."""
-    state = observe(table, table.config)
+    """The status of the table as plain data (the ``--json`` output).
+
+    The clustering depth is measured on the layout in effect, as the compactor clusters and its
+    gauges measure: the newest adopted layout when ``compaction.auto_layout = apply``, the
+    configured one otherwise (``clustering_layout`` says which).
+    """
+    adoption = AdoptionStore(table).latest()
+    in_effect = effective(table.config, adoption)
+    # A handle on the layout in effect: its live files carry the stats of those clustering columns.
+    measured = table if in_effect is table.config else LakeTable(in_effect)
+    state = observe(measured, in_effect)
     out = status_data(state, time.time())
-    _, files = table.live_files().snapshot()
+    out["clustering_layout"] = clustering_layout(in_effect, adoption if in_effect is not table.config else None,
+                                                 out["clustering"])  # fmt: skip
+    _, files = measured.live_files().snapshot()
     sizes = PartitionSizes.of_live_files(files, table.config.table.partition_by)
     out["partitions"] = sizes.as_dict(table.config.compaction.target_file_bytes)
-    out["layout"] = layout_status(table, files)
+    out["layout"] = _layout_status(table, files, adoption)
     lag = source.measure_lag(table, lag_timeout_s)
     if lag is not None:
         out["lag"] = lag
     return out
 
 
+def clustering_layout(in_effect: Config, adoption: Adoption | None,
+                      depths: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """Which layout the clustering depth is measured on: its columns, the adoption it comes from
+    (None: the configured layout), and its columns the boundary sketches do not cover yet (the
+    compactor builds those of an adopted layout from the table at its first round on it)."""
+    columns = in_effect.table.clustering_columns
+    return {"clustering_columns": list(columns), "adoption": None if adoption is None else adoption.number,
+            "without_sketches": [c for c in columns if depths is None or c not in depths]}  # fmt: skip
+
+
 def layout_status(table: LakeTable, files: pa.Table) -> dict[str, Any]:
     """The layout loop (``compaction.auto_layout``): the layout in effect, the adopted one and the
     re-clustering's progress, and the compactor's last recommendation (``_lakecluster/layout/``)."""
+    return _layout_status(table, files, AdoptionStore(table).latest())
+
+
+def _layout_status(table: LakeTable, files: pa.Table, adoption: Adoption | None) -> dict[str, Any]:
     config = table.config
     store = AdoptionStore(table)
-    adoption = store.latest()
     in_effect = effective(config, adoption)
     columns = in_effect.table.clustering_columns
     weights = in_effect.compaction.weights()
@@ -129,8 +154,7 @@ def format_text(s: dict[str, Any]) -> str:
     if s["clustering"] is None:
         lines.append("clustering no boundary sketches yet (the stream writes them)")
     else:
-        per_column = ", ".join(f"{c} {v['point_query_files']:g}" for c, v in s["clustering"].items())
-        lines.append(f"clustering files a point query reads, per column (of {s['files']:,}): {per_column}")
+        lines.append(_clustering_line(s))
         sk = s["sketches"]
         lines.append(f"sketches   at version {sk['delta_version']} ({sk['versions_behind']} behind)")
     parts = s.get("partitions")
@@ -168,6 +192,20 @@ def format_text(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _clustering_line(s: dict[str, Any]) -> str:
+    """The clustering depth per column, on the layout in effect, and which layout that is."""
+    per_column = ", ".join(f"{c} {v['point_query_files']:g}" for c, v in s["clustering"].items())
+    cl = s.get("clustering_layout")
+    if cl is None:  # a status from before clustering_layout
+        return f"clustering files a point query reads, per column (of {s['files']:,}): {per_column}"
+    which = "the configured layout" if cl["adoption"] is None else f"adopted layout {cl['adoption']}"
+    line = f"clustering files a point query reads (of {s['files']:,}), per column of {which}: {per_column}"
+    if cl["without_sketches"]:
+        line += ("; " if per_column else "") + (f"no boundary sketches of {', '.join(cl['without_sketches'])} yet "
+                                                 "(the compactor builds them from the table)")  # fmt: skip
+    return line
+
+
 def _layout_lines(layout: dict[str, Any] | None) -> list[str]:
     if layout is None:
         return []
@@ -180,8 +218,10 @@ def _layout_lines(layout: dict[str, Any] | None) -> list[str]:
         origin = f"adopted layout {adoption['number']}, {_ago(time.time() - adoption['time'])}"
     lines = [f"layout     {columns} ({origin}); compaction.auto_layout = {layout['mode']}"]
     if adoption is not None and not now["adopted"]:
+        why = ("its columns are not data columns of the table as configured" if layout["mode"] == "apply"
+               else "compaction.auto_layout is not apply")  # fmt: skip
         lines.append(f"           adopted layout {adoption['number']} ({', '.join(adoption['clustering_columns'])}) is "
-                     "not in effect: compaction.auto_layout is not apply")  # fmt: skip
+                     f"not in effect: {why}")  # fmt: skip
     if "relayout" in layout:
         r = layout["relayout"]
         lines.append(f"           re-clustering: {r['files_left']:,} file(s), {human_bytes(r['bytes_left'])} left" if

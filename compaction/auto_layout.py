@@ -61,10 +61,19 @@ DAY_S = 86_400.0
 PARALLEL_READS = 16  # commit files the budget's ledger reads at once
 
 
+def clusters_data_columns(config: Config, adoption: Adoption) -> bool:
+    """Whether the adopted layout clusters by data columns of the table as configured (not, say,
+    after the configuration dropped a column or partitions by it): the compactor refuses one that
+    does not, and the configured layout stays in effect."""
+    t = config.table
+    return set(adoption.clustering_columns) <= {c.name for c in t.columns} - set(t.partition_by)
+
+
 def effective(config: Config, adoption: Adoption | None) -> Config:
-    """``config`` with the adopted layout's clustering columns and weights when ``apply`` is on;
-    otherwise the configured layout is the one in effect."""
-    if adoption is None or config.compaction.auto_layout != "apply":
+    """``config`` with the adopted layout's clustering columns and weights when ``apply`` is on
+    (and the layout clusters by data columns of the table); otherwise the configured layout is
+    the one in effect. The compactor and ``status`` both take the layout in effect from here."""
+    if adoption is None or config.compaction.auto_layout != "apply" or not clusters_data_columns(config, adoption):
         return config
     weights = {c: f"{w:g}" for c, w in adoption.column_weights.items()}
     return dataclasses.replace(

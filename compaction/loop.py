@@ -28,7 +28,14 @@ from pyspark.sql import SparkSession
 
 from lakecluster import metrics, progress
 from lakecluster.compaction.adoptions import Adoption
-from lakecluster.compaction.auto_layout import AutoLayout, capped, effective, fingerprint_of, pending
+from lakecluster.compaction.auto_layout import (
+    AutoLayout,
+    capped,
+    clusters_data_columns,
+    effective,
+    fingerprint_of,
+    pending,
+)
 from lakecluster.compaction.capture import expire
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.monitor import TableMonitor
@@ -238,9 +245,7 @@ class Compactor:
         """Take the newest adopted layout (another compactor's too) when ``auto_layout = apply``;
         the configured one otherwise."""
         latest = self.auto.store.latest() if self.base_config.compaction.auto_layout == "apply" else None
-        t = self.base_config.table
-        data_columns = {c.name for c in t.columns} - set(t.partition_by)
-        if latest is not None and not set(latest.clustering_columns) <= data_columns:
+        if latest is not None and not clusters_data_columns(self.base_config, latest):
             if self._refused != latest.id:
                 self._refused = latest.id
                 log.warning("layout loop: adopted layout %d clusters by %s, which are not data columns of the table as "

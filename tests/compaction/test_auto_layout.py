@@ -5,6 +5,7 @@ once whatever else writes and compacts the table meanwhile."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import threading
@@ -15,18 +16,22 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
 from lakecluster import metrics
-from lakecluster.cli.status import layout_status
+from lakecluster.cli.report import collect
+from lakecluster.cli.status import format_text, layout_status, table_status
 from lakecluster.compaction.adoptions import Adoption, AdoptionStore
-from lakecluster.compaction.auto_layout import AutoLayout, file_hits, pending
+from lakecluster.compaction.auto_layout import AutoLayout, file_hits, fingerprint_of, pending
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.planner import DataFile, Group
 from lakecluster.compaction.relayout import relayout_groups
 from lakecluster.compaction.workload import Predicate, Query
 from lakecluster.config import CompactionConfig, Config
+from lakecluster.layout import layout_fingerprint
 from lakecluster.stream.generator import generate
+from lakecluster.stream.job import StreamJob
+from lakecluster.stream.source import open_source
 from lakecluster.table import LakeTable, parse_user_metadata
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.generated_tables import generator_config
@@ -45,8 +50,11 @@ def _sample(name: str, labels: dict[str, str] | None = None) -> float | None:
 
 
 def _config(table: Path, **settings: str) -> Config:
+    # The stream id fixed: a copy of the filled table keeps the stream's checkpoint, so a stream
+    # started on it goes on where the fill stopped.
     return generator_config(table, rows=ROWS, per_batch=3_000, **{
-        "table.partition_by": "[]", "vacuum.interval_s": "0", "compaction.auto_layout_sample_rows": "5000",
+        "table.partition_by": "[]", "stream.id": '"orders"', "vacuum.interval_s": "0",
+        "compaction.auto_layout_sample_rows": "5000",
         **settings})  # fmt: skip
 
 
@@ -107,6 +115,7 @@ def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, fi
     text = subprocess.run(lakecluster_cmd(*args, "status"), capture_output=True, text=True, env=subprocess_env(),
                           timeout=120).stdout  # fmt: skip
     assert "layout     s_city, c_city, p_brand (configured); compaction.auto_layout = advise" in text
+    assert "per column of the configured layout: " in text
     assert "recommended (" in text and "advise only" in text
 
 
@@ -173,6 +182,55 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
     data = json.loads(history.stdout)
     assert [a["number"] for a in data["adoptions"]] == [1]
     assert any("re-cluster to adopted layout 1" in v["service"] for v in data["versions"])
+
+
+def test_status_measures_the_clustering_depth_on_the_layout_in_effect(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"'})
+    configured = table_status(LakeTable(config), open_source(config))
+    assert set(configured["clustering"]) == {"s_city", "c_city", "p_brand"}
+    assert configured["clustering_layout"] == {"clustering_columns": ["s_city", "c_city", "p_brand"],
+                                               "adoption": None, "without_sketches": []}  # fmt: skip
+    assert "per column of the configured layout: s_city " in format_text(configured)
+
+    # A layout adopted (as a compactor adopts it), before any compactor built its columns' sketches.
+    columns = ("c_nation", "lo_quantity")
+    fingerprint = layout_fingerprint(columns, dict.fromkeys(columns, 1.0), config.compaction.curve)
+    _, won = AdoptionStore(LakeTable(config)).adopt(
+        Adoption(1, "a1", columns, (1.0, 1.0), fingerprint, fingerprint_of(config), time.time()))
+    assert won
+    data = table_status(LakeTable(config), open_source(config))
+    assert data["clustering_layout"] == {"clustering_columns": list(columns), "adoption": 1,
+                                         "without_sketches": list(columns)}  # fmt: skip
+    assert data["clustering"] == {} and data["layout"]["in_effect"]["adopted"]
+    assert ("per column of adopted layout 1: no boundary sketches of c_nation, lo_quantity yet"
+            in format_text(data))  # fmt: skip
+
+    # The compactor's first round on it builds them: status and the compactor's gauges agree.
+    compactor = Compactor(config, spark=spark)
+    assert compactor.config.table.clustering_columns == columns
+    compactor.sketches()
+    compactor.monitor.observe()
+    data = table_status(LakeTable(config), open_source(config))
+    assert set(data["clustering"]) == set(columns) and data["clustering_layout"]["without_sketches"] == []
+    for c in columns:
+        gauge = _sample("lakecluster_point_query_files_estimate", {"column": c})
+        assert gauge is not None and data["clustering"][c]["point_query_files"] == round(gauge, 1)
+    depths = ", ".join(f"{c} {data['clustering'][c]['point_query_files']:g}" for c in columns)
+    assert f"per column of adopted layout 1: {depths}" in format_text(data)
+    assert set(collect(LakeTable(config), open_source(config))["key_ranges"]) == set(columns)  # `report` too
+
+    # Not in effect: the configured layout's depth again, and status says why.
+    advise = replace(config, compaction=replace(config.compaction, auto_layout="advise"))
+    data = table_status(LakeTable(advise), open_source(advise))
+    assert set(data["clustering"]) == {"s_city", "c_city", "p_brand"} and data["clustering_layout"]["adoption"] is None
+    assert "adopted layout 1 (c_nation, lo_quantity) is not in effect: compaction.auto_layout is not apply" \
+        in format_text(data)  # fmt: skip
+    # An adoption the compactor refuses (a column the configuration no longer has): not in effect either.
+    AdoptionStore(LakeTable(config)).adopt(Adoption(2, "a2", ("gone",), (1.0,), "fx", fingerprint, time.time()))
+    data = table_status(LakeTable(config), open_source(config))
+    assert data["clustering_layout"]["adoption"] is None and set(data["clustering"]) == {"s_city", "c_city", "p_brand"}
+    assert "adopted layout 2 (gone) is not in effect: its columns are not data columns" in format_text(data)
+    assert Compactor(config, spark=spark).config.table.clustering_columns == ("s_city", "c_city", "p_brand")
 
 
 def _live(config: Config) -> tuple[pa.Table, int]:
@@ -249,13 +307,14 @@ def test_the_re_cluster_takes_the_files_the_workload_reads_most_first_within_the
     assert [g.files[0].path for g in kept] == ["a", "b", "c"] and not kept[-1].relayout and cut
 
 
-def test_a_layout_change_beside_appends_and_a_second_compactor_keeps_every_row_once(spark, filled,
-                                                                                     tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+def test_a_layout_change_beside_the_stream_and_a_second_compactor_keeps_every_row_once(spark, filled,
+                                                                                        tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    # Groups of a few files: the re-cluster takes several commits, between the stream's.
     config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"',
                                                 "compaction.max_groups_per_run": "2",
+                                                "compaction.max_group_bytes": "180000",
                                                 "compaction.rewrite_budget_bytes_per_day": "1000000000"})  # fmt: skip
     first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
-    expected = _keys(read_delta(config.table.path))
 
     # Both score at once; one layout is adopted, the other compactor follows it.
     threads = [threading.Thread(target=c.layout_loop, args=(0.0,)) for c in (first, second)]
@@ -269,43 +328,81 @@ def test_a_layout_change_beside_appends_and_a_second_compactor_keeps_every_row_o
     second.follow_adoption()
     assert first.fingerprint == second.fingerprint == adoptions[0].fingerprint
 
-    # Another writer appends while both compactors re-cluster (the stream's role: blind appends).
-    stop = threading.Event()
-    appended: list[pa.Table] = []
+    # The stream goes on from its checkpoint (copied with the table, the stream id fixed): small
+    # batches on a short trigger, while both compactors re-cluster to the adopted layout.
+    g = config.source.generator
+    streamed = replace(config, source=replace(config.source, generator=replace(
+        g, max_rows=ROWS + 30_000, max_rows_per_trigger=400, rows_per_second=800)),
+        stream=replace(config.stream, trigger_interval_s=0.3))  # fmt: skip
+    stream = StreamJob(streamed, spark=spark)
+    failures: list[BaseException] = []
 
-    def append() -> None:
-        start = ROWS
-        while not stop.is_set():
-            batch = pa.Table.from_batches([generate(start, start + 300, config.source.generator, config.table.columns)])
-            write_deltalake(config.table.path, batch, mode="append")
-            appended.append(batch)
-            start += 300
-            time.sleep(0.3)
+    def run_stream() -> None:
+        try:
+            stream.run()
+        except BaseException as e:  # reported by the assertion below
+            failures.append(e)
 
-    writer = threading.Thread(target=append)
+    def committed() -> int:
+        return sum(1 for r in stream.reports if not r.skipped and r.rows)
+
+    streaming = threading.Thread(target=run_stream)
+    streaming.start()
     runners = [threading.Thread(target=c.run_forever) for c in (first, second)]
-    writer.start()
-    for r in runners:
-        r.start()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(pending(_live(config)[0], adoptions[0].fingerprint)):
-        time.sleep(0.5)
-    stop.set()
-    writer.join()
-    time.sleep(1.0)  # a round planned on the last append
-    for c in (first, second):
-        c.request_stop()
-    for r in runners:
-        r.join(60)
-    assert not any(r.is_alive() for r in runners)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not committed() and not failures:
+            time.sleep(0.2)
+        assert committed(), f"the stream committed no batch in 120 s: {failures}"
+        for r in runners:
+            r.start()
+        # Until the re-cluster is done and the stream committed after its first step.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not failures and (
+                len(pending(_live(config)[0], adoptions[0].fingerprint))
+                or not _streamed_beside(_commits(config))):  # fmt: skip
+            time.sleep(0.3)
+    finally:
+        stream.request_stop()  # the batch in flight is finished, then the query stops
+        streaming.join(60)
+        for c in (first, second):
+            c.request_stop()
+        for r in runners:
+            if r.is_alive():
+                r.join(60)
+    assert not streaming.is_alive() and not any(r.is_alive() for r in runners)
+    assert not failures and stream.restarts == 0, failures
     assert not len(pending(_live(config)[0], adoptions[0].fingerprint)), "the re-cluster did not finish in 90 s"
 
-    for batch in appended:
-        expected += _keys(batch)
-    expected.sort()
-    assert len(expected) > ROWS
-    assert _keys(read_delta(config.table.path)) == expected  # delta-rs
+    # What the stream committed, from its commits' metadata: offset ranges [start, end) of the
+    # generator, one after the other from 0 (the fill) to the last; the generator's rows are a
+    # pure function of their offset, so those are the rows the table must hold, each once.
+    commits = _commits(config)
+    assert _streamed_beside(commits), "the stream committed nothing after the re-cluster's first step"
+    ranges = [((m["start_offsets"] or {"rows": 0})["rows"], m["offsets"]["rows"]) for _, m in commits
+              if m.get("stream") == "orders"]  # fmt: skip
+    assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges)), ranges
+    end = ranges[-1][1]
+    mine = [r for r in stream.reports if not r.skipped and r.rows]
+    assert end - ROWS == sum(r.rows for r in mine) > 0 and json.loads(mine[-1].offsets or "{}") == {"rows": end}
+
+    expected = pa.Table.from_batches([generate(0, end, config.source.generator, config.table.columns)])
+    rows = read_delta(config.table.path)  # delta-rs
+    assert rows.num_rows == end
+    # Every column of every row as generated (the table's schema only differs in nullability).
+    assert rows.select(expected.column_names).sort_by("lo_orderkey").cast(expected.schema).equals(expected)
     duck = duckdb_connection().execute(
         f"SELECT lo_orderkey, lo_linenumber FROM delta_scan('{config.table.path}')").fetchall()
-    assert sorted(duck) == expected  # DuckDB's own Delta reader
-    assert any(m.get("adoption") == "1" for m in _metadata(config))
+    assert sorted(duck) == _keys(expected)  # DuckDB's own Delta reader
+
+
+def _commits(config: Config) -> list[tuple[int, dict]]:
+    """Every commit's version and lakecluster metadata, oldest first."""
+    return sorted(((int(h["version"]), parse_user_metadata(h.get("userMetadata")) or {})
+                   for h in DeltaTable(config.table.path).history()), key=lambda c: c[0])  # fmt: skip
+
+
+def _streamed_beside(commits: list[tuple[int, dict]]) -> bool:
+    """Whether the stream committed after the re-cluster to adopted layout 1 began."""
+    relaid = [v for v, m in commits if m.get("adoption") == "1"]
+    return bool(relaid) and any(v > min(relaid) and m.get("stream") == "orders" for v, m in commits)
