@@ -350,13 +350,13 @@ def run_arm(arm: str, work: Path, setup: dict, plan: list[list[str]], switch: in
                 rounds(compactor(config, spark, full=True), limit=100)
                 service = compactor(config, spark)
             assert service is not None
-            seconds = rounds(service)
+            rounds(service)
             if listener is not None:
-                service.layout_loop(seconds)  # between rounds, as the service does
+                service.layout_loop()  # between rounds, as the service does
                 rounds(service)  # a layout adopted now is followed at once
                 last = service.auto.last
                 if last is not None:  # what the loop decided this round, for the record
-                    loop = {"decision": last.decision, "scans": last.scans, "gain": last.gain,
+                    loop = {"decision": last.decision, "scans": last.scans, "gain": last.gain, "seconds": last.seconds,
                             "recommended": (last.recommended or {}).get("clustering_columns")}  # fmt: skip
                 adopted = service.adoption
                 if adopted is not None:

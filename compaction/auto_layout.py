@@ -15,9 +15,9 @@
   compactor clusters by it from then on and re-clusters the files written under another layout
   in its rounds, the files the captured workload reads most first, within the budget.
 
-Scoring costs at most about 5 % of the compactor's time: it runs only once the rounds since the
-last one took ``DUE_FACTOR`` times that scoring's wall time, and at most every
-``auto_layout_interval_s``.
+Scoring costs at most about 5 % of the compactor's time: it runs only once ``DUE_FACTOR`` times
+the last scoring's wall time has passed since it (idle waits between rounds included), and at most
+every ``auto_layout_interval_s``.
 
 The budget is counted from the table's log, so every compactor and every restart sees the same:
 the bytes removed by commits whose metadata names an adoption (the re-cluster's groups) within
@@ -56,7 +56,7 @@ from lakecluster.table import DeltaLocation, LakeTable, parse_user_metadata
 
 log = logging.getLogger(__name__)
 
-DUE_FACTOR = 20.0  # rounds take this many times a scoring's time between scorings: it costs <= 5 %
+DUE_FACTOR = 20.0  # at least this many times a scoring's time between scorings: it costs <= 5 %
 DAY_S = 86_400.0
 PARALLEL_READS = 16  # commit files the budget's ledger reads at once
 
@@ -228,7 +228,6 @@ class AutoLayout:
         self.ledger = RewriteLedger(table.delta)
         self.last_cost: float | None = None  # wall time of the last scoring
         self.last_time: float | None = None  # monotonic time of the last scoring
-        self.round_seconds = 0.0  # the compactor's round time since the last scoring
         self.priority: dict[str, float] = {}  # per file path: captured scans its stats can match
         self.last: Evaluation | None = None
         self._shown: tuple | None = None  # the recommendation last logged
@@ -236,20 +235,20 @@ class AutoLayout:
 
     # -- when ------------------------------------------------------------------------------
 
-    def add_round(self, seconds: float) -> None:
-        self.round_seconds += seconds
-
     def due(self, config: Config, now: float | None = None) -> bool:
-        """Whether to score now: the loop is on, and the rounds since the last scoring took
-        ``DUE_FACTOR`` times its cost, and ``auto_layout_interval_s`` passed."""
+        """Whether to score now: the loop is on, and since the last scoring both
+        ``auto_layout_interval_s`` and ``DUE_FACTOR`` times its cost have passed.
+
+        The cost is held against the service's time, idle waits included, not against its rounds'
+        work: a compactor with little to do (short rounds a minute apart) must still follow a
+        workload that changes, and scoring then costs it at most 1 / ``DUE_FACTOR`` of its time."""
         cfg = config.compaction
         if cfg.auto_layout == "off":
             return False
         if self.last_time is None:
             return True
         now = time.monotonic() if now is None else now
-        return (now - self.last_time >= cfg.auto_layout_interval_s
-                and self.round_seconds >= DUE_FACTOR * (self.last_cost or 0.0))  # fmt: skip
+        return now - self.last_time >= max(cfg.auto_layout_interval_s, DUE_FACTOR * (self.last_cost or 0.0))
 
     # -- the budget ------------------------------------------------------------------------
 
@@ -300,7 +299,7 @@ class AutoLayout:
             self._score(config, adoption, live, version, result)
         finally:
             result.seconds = round(time.monotonic() - started, 3)
-            self.last_cost, self.last_time, self.round_seconds = result.seconds, time.monotonic(), 0.0
+            self.last_cost, self.last_time = result.seconds, time.monotonic()
             self.last = result
             metrics.AUTO_LAYOUT_EVALUATIONS.inc()
             metrics.AUTO_LAYOUT_EVALUATION_SECONDS.set(result.seconds)

@@ -275,10 +275,9 @@ class Compactor:
             self._pending = None  # a --full pass re-clusters to the new layout from the files off it now
         self.config = self.monitor.config = config
 
-    def layout_loop(self, round_seconds: float) -> None:
+    def layout_loop(self) -> None:
         """Between rounds: score layouts on the captured workload when due (``auto_layout.py``). A
         failure is logged: the layout loop is never worth a round."""
-        self.auto.add_round(round_seconds)
         if self.full or self.stopping or not self.auto.due(self.config):
             return
         try:
@@ -640,9 +639,8 @@ class Compactor:
             self._maybe_reload()
             wait = self.config.compaction.interval_s
             try:
-                started = time.monotonic()
                 self.run_once()
-                self.layout_loop(time.monotonic() - started)
+                self.layout_loop()
                 if self.full:
                     files, size = self.relayout_left()
                     if not files:

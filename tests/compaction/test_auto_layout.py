@@ -85,7 +85,7 @@ def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, fi
     compactor = Compactor(config, spark=spark)
     assert compactor.auto.due(config)
     with caplog.at_level("INFO", logger="lakecluster.compaction.auto_layout"):
-        compactor.layout_loop(0.0)
+        compactor.layout_loop()
     result = compactor.auto.last
     assert result is not None and result.scans == 120 and result.adopted is None
     assert result.decision.startswith("advise only")
@@ -99,9 +99,13 @@ def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, fi
     lines = [r.getMessage() for r in caplog.records if "recommended clustering columns" in r.getMessage()]
     assert len(lines) == 1
     compactor.auto.last_time = None  # scored again: the same recommendation, no second line
-    compactor.layout_loop(0.0)
+    compactor.layout_loop()
     assert len([r for r in caplog.records if "recommended clustering columns" in r.getMessage()]) == 1
-    assert not compactor.auto.due(config)  # the next one waits for 20 x its cost of rounds and the interval
+    assert not compactor.auto.due(config)  # the next one waits for the interval and 20 x its cost
+    last = compactor.auto.last_time
+    assert last is not None and compactor.auto.last_cost is not None
+    later = last + max(config.compaction.auto_layout_interval_s, 20 * compactor.auto.last_cost)
+    assert not compactor.auto.due(config, now=later - 1) and compactor.auto.due(config, now=later)
     assert AdoptionStore(LakeTable(config)).latest() is None  # advise changes nothing
     assert compactor.config.table.clustering_columns == ("s_city", "c_city", "p_brand")
 
@@ -139,7 +143,7 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
 
     # 3. Both pass: adopted, and the compactor re-clusters every compacted file to it.
     compactor = Compactor(config, spark=spark)
-    compactor.layout_loop(0.0)
+    compactor.layout_loop()
     adoption = store.latest()
     assert adoption is not None and adoption.number == 1 and compactor.auto.last.adopted == 1  # type: ignore[union-attr]
     assert set(adoption.clustering_columns) <= {"c_nation", "lo_quantity"}
@@ -272,7 +276,7 @@ def test_racing_compactors_adopt_one_layout_on_s3(s3, s3_prefix: str) -> None:  
     from lakecluster.config import StorageConfig
 
     table = LakeTable.at(f"{s3_prefix}t", storage=StorageConfig(**s3.storage_settings()))
-    stores = [AdoptionStore(table, settle_s=0.5) for _ in range(2)]
+    stores = [AdoptionStore(table) for _ in range(2)]
     barrier = threading.Barrier(2)
     results: list[tuple[Adoption, bool]] = []
 
@@ -317,7 +321,7 @@ def test_a_layout_change_beside_the_stream_and_a_second_compactor_keeps_every_ro
     first, second = Compactor(config, spark=spark), Compactor(config, spark=spark)
 
     # Both score at once; one layout is adopted, the other compactor follows it.
-    threads = [threading.Thread(target=c.layout_loop, args=(0.0,)) for c in (first, second)]
+    threads = [threading.Thread(target=c.layout_loop) for c in (first, second)]
     for t in threads:
         t.start()
     for t in threads:
