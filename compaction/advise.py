@@ -264,26 +264,52 @@ class WorkloadModel:
         is skipped when, for a predicate on the column or on a column in one hierarchy with it, the
         level's range of that column (its rows' [min, max], as a file's statistics) admits none of
         the values the predicate selects."""
-        view = self._partitioned(partition_by)
-        level = self._levels(column, levels)
-        width = int(level.max()) + 1
-        cell = view.codes * width + level
-        parts = len(view.files)
-        mass = np.bincount(cell, weights=self.weights, minlength=parts * width)
+        mass, parts, width = self._cells(column, partition_by, levels)
         read = mass > 0
-        query = self.queries[q]
-        for p in query.predicates:
+        for i, p in enumerate(self.queries[q].predicates):
             if not self._related(column, p.column):
                 continue
-            ranks = self._order(p.column)
-            low = np.full(parts * width, np.iinfo(np.int64).max, dtype=np.int64)
-            high = np.full(parts * width, -1, dtype=np.int64)
-            np.minimum.at(low, cell, ranks)
-            np.maximum.at(high, cell, ranks)
-            chosen = np.unique(np.concatenate([ranks[rows] for rows in self._rows(query, p)]))
+            low, high = self._cell_ranges(column, partition_by, levels, p.column)
+            chosen = self._chosen(q, i)
             read &= np.searchsorted(chosen, low, "left") < np.searchsorted(chosen, high, "right")
         share = np.where(read, mass, 0.0).reshape(parts, width).sum(axis=1)
-        return share / np.maximum(view.part_rows, 1e-300)
+        return share / np.maximum(self._partitioned(partition_by).part_rows, 1e-300)
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _cell(self, column: str, partition_by: tuple[str, ...], levels: int) -> tuple[np.ndarray, int]:
+        """Each sample row's cell (partition x level of ``column``), and the levels per partition."""
+        level = self._levels(column, levels)
+        width = int(level.max()) + 1
+        return self._partitioned(partition_by).codes * width + level, width
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _cells(self, column: str, partition_by: tuple[str, ...], levels: int) -> tuple[np.ndarray, int, int]:
+        """The rows each cell stands for, the partitions, and the levels per partition."""
+        cell, width = self._cell(column, partition_by, levels)
+        parts = len(self._partitioned(partition_by).files)
+        return np.bincount(cell, weights=self.weights, minlength=parts * width), parts, width
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _cell_ranges(self, column: str, partition_by: tuple[str, ...], levels: int,
+                     other: str) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Per cell, the smallest and largest rank of ``other`` among its rows (a file's min and max
+        statistics of that column); the same for every query, so computed once."""
+        cell, width = self._cell(column, partition_by, levels)
+        size = len(self._partitioned(partition_by).files) * width
+        ranks = self._order(other)
+        low = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
+        high = np.full(size, -1, dtype=np.int64)
+        np.minimum.at(low, cell, ranks)
+        np.maximum.at(high, cell, ranks)
+        return low, high
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _chosen(self, q: int, predicate: int) -> np.ndarray:
+        """The ranks of the values predicate number ``predicate`` of query ``q`` selects, sorted."""
+        query = self.queries[q]
+        p = query.predicates[predicate]
+        ranks = self._order(p.column)
+        return np.unique(np.concatenate([ranks[rows] for rows in self._rows(query, p)]))
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _partitioned(self, partition_by: tuple[str, ...]) -> _Partitioned:
