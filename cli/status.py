@@ -36,11 +36,13 @@ def table_status(table: LakeTable, source: Source, *, lag_timeout_s: float = 5.0
     gauges measure: the newest adopted layout when ``compaction.auto_layout = apply``, the
     configured one otherwise (``clustering_layout`` says which).
     """
+    state = observe(table, table.config)  # the table first: a missing or unreachable one fails here, as always
     adoption = AdoptionStore(table).latest()
     in_effect = effective(table.config, adoption)
     # A handle on the layout in effect: its live files carry the stats of those clustering columns.
     measured = table if in_effect is table.config else LakeTable(in_effect)
-    state = observe(measured, in_effect)
+    if measured is not table:
+        state = observe(measured, in_effect)
     out = status_data(state, time.time())
     out["clustering_layout"] = clustering_layout(in_effect, adoption if in_effect is not table.config else None,
                                                  out["clustering"])  # fmt: skip
