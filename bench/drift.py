@@ -518,7 +518,7 @@ def main() -> None:
             run_arm(args.child, work, setup, plan, args.switch, args.round_s, emit)
         return
     command = (f"python bench/drift.py --scale-factor {args.scale_factor:g} --rounds {args.rounds} "
-               f"--switch {args.switch}")  # fmt: skip
+               f"--switch {args.switch} --round-s {args.round_s:g}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="lc-drift-") as tmp:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
