@@ -9,13 +9,13 @@ bytes rewritten, the trade every threshold makes.
 
 from __future__ import annotations
 
-import datetime
 import html
 import statistics
 from pathlib import Path
 from typing import Any
 
 from lakecluster import plots
+from lakecluster.cli.workload import iso_ms
 from lakecluster.compaction.advise import Advice, Candidate, Scored, current_candidate, layout_advice
 from lakecluster.compaction.capture import read_capture
 from lakecluster.compaction.captured import CapturedQuery, captured_queries, too_little
@@ -25,7 +25,7 @@ from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, va
 from lakecluster.compaction.workload import Query, WorkloadError, parse_workload
 from lakecluster.config import Config
 from lakecluster.errors import LakeclusterError, UsageError
-from lakecluster.sizes import human_bytes, mebibytes
+from lakecluster.sizes import human_bytes, human_duration, mebibytes
 from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable
 
@@ -179,11 +179,11 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
     capture = read_capture(lake, config.workload, since_s=since)
     captured = captured_queries(capture.scans, [c.name for c in config.table.columns])
     queries = [c.query for c in captured]
-    source = {"workload": f"captured workload of the last {_age_text(since)} ({lake.paths.workload})",
+    source = {"workload": f"captured workload of the last {human_duration(since)} ({lake.paths.workload})",
               "from_workload": True, "since_s": since, "scans": len(capture.scans), "queries": len(queries),
               "capture_files": capture.files, "skipped": capture.skipped,
-              "first_scan": _iso_ms(capture.scans[0].time_ms) if capture.scans else None,
-              "last_scan": _iso_ms(capture.scans[-1].time_ms) if capture.scans else None}  # fmt: skip
+              "first_scan": iso_ms(capture.scans[0].time_ms) if capture.scans else None,
+              "last_scan": iso_ms(capture.scans[-1].time_ms) if capture.scans else None}  # fmt: skip
     withheld = too_little(capture, captured, config.compaction)
     if withheld is not None:
         return {**source, "table": lake.uri, "recommended": None, "no_recommendation": withheld, "candidates": [],
@@ -227,17 +227,6 @@ def _advice_data(lake: LakeTable, queries: list[Query], advice: Advice) -> dict[
             "target_file_bytes": lake.config.compaction.target_file_bytes,
             "candidates": [row(s) for s in advice.ranked], "recommended": None if best is None else row(best),
             "no_recommendation": advice.withheld, "current": row(advice.current)}  # fmt: skip
-
-
-def _age_text(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:g} {unit}"
-    return f"{seconds:g} s"
-
-
-def _iso_ms(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
 
 
 def _layout(c: dict[str, Any]) -> str:

@@ -40,13 +40,13 @@ def summary(capture: Capture, *, table: str, since_s: float, top: int) -> dict[s
         "scans": len(scans),
         "queries": len(queries),
         "applications": len({s.app_id for s in scans}),
-        "first": _iso(scans[0].time_ms) if scans else None,
-        "last": _iso(scans[-1].time_ms) if scans else None,
+        "first": iso_ms(scans[0].time_ms) if scans else None,
+        "last": iso_ms(scans[-1].time_ms) if scans else None,
         "files_read_per_query": _stats(queries.values()),
         "files_in_table": totals[-1] if totals else None,
         "shapes": [
             {"shape": shape or "(no filter)", "scans": len(group), "share": round(len(group) / len(scans), 4),
-             "files_read_per_scan": _stats(s.files_read for s in group), "last": _iso(group[-1].time_ms)}
+             "files_read_per_scan": _stats(s.files_read for s in group), "last": iso_ms(group[-1].time_ms)}
             for shape, group in ranked[:top]
         ],
         "other_shapes": max(0, len(ranked) - top),
@@ -76,7 +76,8 @@ def _day(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).date().isoformat()
 
 
-def _iso(ms: int | None) -> str | None:
+def iso_ms(ms: int | None) -> str | None:
+    """Milliseconds since the epoch as an ISO-8601 UTC time to the second (None stays None)."""
     return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
 
 

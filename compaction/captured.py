@@ -25,6 +25,7 @@ from decimal import Decimal
 from typing import Any
 
 from lakecluster.config import CompactionConfig
+from lakecluster.sizes import human_duration
 
 from .capture import Capture, CapturedScan
 from .workload import Predicate, Query
@@ -80,8 +81,8 @@ def too_little(capture: Capture, queries: Sequence[CapturedQuery], cfg: Compacti
                 f"({cfg.auto_layout_min_scans:,}); let the readers capture more (docs/workload.md)")  # fmt: skip
     span = (capture.scans[-1].time_ms - capture.scans[0].time_ms) / 1000
     if span < cfg.auto_layout_min_span_s:
-        return (f"too little captured workload: its {scans:,} scans span {_duration(span)}, less than "
-                f"compaction.auto_layout_min_span_s ({_duration(cfg.auto_layout_min_span_s)}): one burst of "
+        return (f"too little captured workload: its {scans:,} scans span {human_duration(span)}, less than "
+                f"compaction.auto_layout_min_span_s ({human_duration(cfg.auto_layout_min_span_s)}): one burst of "
                 "queries is not the workload")  # fmt: skip
     if not any(q.query.predicates for q in queries):
         return (f"no captured scan (of {scans:,}) filters on a column of the table with a predicate data skipping "
@@ -114,10 +115,3 @@ def _literal(value: Any) -> str:
     if isinstance(value, dt.datetime | dt.date):
         return f"'{value.isoformat()}'"
     return str(value)
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"

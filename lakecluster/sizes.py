@@ -16,6 +16,14 @@ def human_bytes(n: float) -> str:
     raise AssertionError
 
 
+def human_duration(seconds: float) -> str:
+    """A span of time in its largest whole unit: ``45 s``, ``10.0 min``, ``2.5 h``, ``7.0 d``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def mebibytes(n: float) -> float:
     """``n`` bytes in MiB, for a plot's axis (one unit along the whole axis)."""
     return n / 2**20

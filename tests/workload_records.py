@@ -25,3 +25,25 @@ def write(table: Path, time_ms: float, lines: list[Any], *, app: str = "local-1"
     path = folder / f"{int(time_ms):013d}-{app}-{seq:06d}-abcdef12.jsonl"
     path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
     return path
+
+
+def event_log(location: str, *, data_filters: str, partition_filters: str, files_read: int, start_ms: int) -> bytes:
+    """A small Spark event log: one application (``local-17``), one SQL execution whose Delta scan of
+    ``location`` pushed these filters and read ``files_read`` files (900 bytes), ended 700 ms after
+    ``start_ms`` (events as a real pyspark 4.x log has them; tests/compaction/test_eventlog.py reads
+    real ones)."""
+    sql = "org.apache.spark.sql.execution.ui."
+    scan = {"nodeName": "Scan parquet ", "simpleString": "FileScan parquet", "children": [],
+            "metadata": {"Location": f"PreparedDeltaFileIndex(1 paths)[{location}]", "ReadSchema": "struct<>",
+                         "DataFilters": data_filters, "PartitionFilters": partition_filters},
+            "metrics": [{"name": "number of files read", "accumulatorId": 41, "metricType": "sum"},
+                        {"name": "size of files read", "accumulatorId": 42, "metricType": "size"}]}  # fmt: skip
+    events = [{"Event": "SparkListenerLogStart", "Spark Version": "4.2.0"},
+              {"Event": "SparkListenerApplicationStart", "App Name": "dashboards", "App ID": "local-17"},
+              {"Event": sql + "SparkListenerSQLExecutionStart", "executionId": 3, "rootExecutionId": 3,
+               "description": "count at NativeMethodAccessorImpl.java:0", "sparkPlanInfo": scan, "time": start_ms},
+              {"Event": sql + "SparkListenerDriverAccumUpdates", "executionId": 3,
+               "accumUpdates": [[41, files_read], [42, 900]]},
+              {"Event": sql + "SparkListenerSQLExecutionEnd", "executionId": 3, "time": start_ms + 700,
+               "errorMessage": ""}]  # fmt: skip
+    return "".join(json.dumps(e) + "\n" for e in events).encode()

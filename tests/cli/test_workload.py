@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from tests.cli.conftest import run_cli, tree, write_ssb_table
-from tests.workload_records import record, write
+from tests.workload_records import event_log, record, write
 
 NOW = time.time()
 CITY = {"column": "s_city", "type": "string", "op": "=", "value": "UNITED KI1"}
@@ -99,25 +99,9 @@ def test_listener_conf_prints_the_lines_an_application_adds(tmp_path: Path) -> N
 
 
 def _event_log(path: Path, table: Path) -> Path:
-    """A small event log in Spark's format: one application, one SQL execution scanning the table
-    with ``d_year = 1994`` (events as a real pyspark 4.x log has them; tests/compaction/test_eventlog.py
-    reads real ones)."""
-    sql = "org.apache.spark.sql.execution.ui."
-    scan = {"nodeName": "Scan parquet ", "simpleString": "FileScan parquet", "children": [],
-            "metadata": {"Location": f"PreparedDeltaFileIndex(1 paths)[file:{table}]", "ReadSchema": "struct<>",
-                         "DataFilters": "[]", "PartitionFilters": "[isnotnull(d_year#3), (d_year#3 = 1994)]"},
-            "metrics": [{"name": "number of files read", "accumulatorId": 41, "metricType": "sum"},
-                        {"name": "size of files read", "accumulatorId": 42, "metricType": "size"}]}  # fmt: skip
-    start_ms = int(NOW * 1000) - 5000
-    events = [{"Event": "SparkListenerLogStart", "Spark Version": "4.2.0"},
-              {"Event": "SparkListenerApplicationStart", "App Name": "dashboards", "App ID": "local-17"},
-              {"Event": sql + "SparkListenerSQLExecutionStart", "executionId": 3, "rootExecutionId": 3,
-               "description": "count at NativeMethodAccessorImpl.java:0", "sparkPlanInfo": scan, "time": start_ms},
-              {"Event": sql + "SparkListenerDriverAccumUpdates", "executionId": 3,
-               "accumUpdates": [[41, 2], [42, 900]]},
-              {"Event": sql + "SparkListenerSQLExecutionEnd", "executionId": 3, "time": start_ms + 700,
-               "errorMessage": ""}]  # fmt: skip
-    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    """A small event log: one SQL execution scanning the table with ``d_year = 1994``."""
+    path.write_bytes(event_log(f"file:{table}", data_filters="[]", files_read=2, start_ms=int(NOW * 1000) - 5000,
+                               partition_filters="[isnotnull(d_year#3), (d_year#3 = 1994)]"))  # fmt: skip
     return path
 
 

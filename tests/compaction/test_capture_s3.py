@@ -31,6 +31,7 @@ from lakecluster.table import LakeTable
 from tests.cli.conftest import run_cli
 from tests.conftest import subprocess_env
 from tests.services.s3 import S3Server, unique_prefix
+from tests.workload_records import event_log
 
 pytestmark = pytest.mark.integration
 
@@ -211,23 +212,9 @@ class _WriterMeanwhile:
 
 
 def _event_log(table: str, now_ms: int) -> bytes:
-    """One application, one SQL execution scanning ``table`` with ``part = 1`` (tests/cli/test_workload.py)."""
-    sql = "org.apache.spark.sql.execution.ui."
-    scan = {"nodeName": "Scan parquet ", "simpleString": "FileScan parquet", "children": [],
-            "metadata": {"Location": f"PreparedDeltaFileIndex(1 paths)[{table}]", "ReadSchema": "struct<>",
-                         "DataFilters": "[isnotnull(qty#3), (qty#3 > 90)]",
-                         "PartitionFilters": "[isnotnull(part#1), (part#1 = 1)]"},
-            "metrics": [{"name": "number of files read", "accumulatorId": 41, "metricType": "sum"},
-                        {"name": "size of files read", "accumulatorId": 42, "metricType": "size"}]}  # fmt: skip
-    events = [{"Event": "SparkListenerLogStart", "Spark Version": "4.2.0"},
-              {"Event": "SparkListenerApplicationStart", "App Name": "dashboards", "App ID": "local-17"},
-              {"Event": sql + "SparkListenerSQLExecutionStart", "executionId": 3, "rootExecutionId": 3,
-               "description": "count at NativeMethodAccessorImpl.java:0", "sparkPlanInfo": scan, "time": now_ms},
-              {"Event": sql + "SparkListenerDriverAccumUpdates", "executionId": 3,
-               "accumUpdates": [[41, 1], [42, 900]]},
-              {"Event": sql + "SparkListenerSQLExecutionEnd", "executionId": 3, "time": now_ms + 700,
-               "errorMessage": ""}]  # fmt: skip
-    return "".join(json.dumps(e) + "\n" for e in events).encode()
+    """One application, one SQL execution scanning ``table`` with ``part = 1``."""
+    return event_log(table, data_filters="[isnotnull(qty#3), (qty#3 > 90)]", files_read=1, start_ms=now_ms,
+                     partition_filters="[isnotnull(part#1), (part#1 = 1)]")  # fmt: skip
 
 
 def test_importing_an_event_log_into_an_s3_table_twice_adds_it_once(s3: S3Server, s3_prefix: str,
