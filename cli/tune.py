@@ -177,10 +177,12 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
     config = lake.config
     since = config.compaction.auto_layout_window_s if since_s is None else since_s
     capture = read_capture(lake, config.workload, since_s=since)
-    captured = captured_queries(capture.scans, [c.name for c in config.table.columns])
+    captured = captured_queries(capture.scans, [c.name for c in config.table.columns],
+                                half_life_s=config.compaction.auto_layout_half_life_s)  # fmt: skip
     queries = [c.query for c in captured]
     source = {"workload": f"captured workload of the last {human_duration(since)} ({lake.paths.workload})",
-              "from_workload": True, "since_s": since, "scans": len(capture.scans), "queries": len(queries),
+              "from_workload": True, "since_s": since, "half_life_s": config.compaction.auto_layout_half_life_s,
+              "scans": len(capture.scans), "queries": len(queries),
               "capture_files": capture.files, "skipped": capture.skipped,
               "first_scan": iso_ms(capture.scans[0].time_ms) if capture.scans else None,
               "last_scan": iso_ms(capture.scans[-1].time_ms) if capture.scans else None}  # fmt: skip
@@ -199,10 +201,12 @@ def _shapes(captured: list[CapturedQuery], current: dict[str, Any] | None,
             best: dict[str, Any] | None) -> list[dict[str, Any]]:  # fmt: skip
     """Per captured query (costliest now first): scans, share, files read (observed and predicted)."""
     scans = sum(c.scans for c in captured) or 1
+    weight = sum(c.query.weight for c in captured) or 1.0
     out = []
     for i, c in enumerate(captured):
         mean = c.mean_files_read
         out.append({"query": c.query.text, "shape": c.shape, "scans": c.scans, "share": round(c.scans / scans, 4),
+                    "weight": round(c.query.weight / weight, 4),
                     "observed_files_read": None if mean is None else round(mean, 2),
                     "predicted_files_read": None if current is None else current["files_read"][i],
                     "recommended_files_read": None if best is None else best["files_read"][i]})  # fmt: skip
@@ -240,8 +244,10 @@ def format_advice(data: dict[str, Any]) -> str:
     captured = data.get("from_workload", False)
     if captured:
         span = f", {data['first_scan']} .. {data['last_scan']}" if data["first_scan"] else ""
-        head = (f"{data['workload']}: {data['scans']:,} scan(s) in {data['queries']:,} distinct quer(ies) (each weighs "
-                f"its scans){span}")  # fmt: skip
+        decay = (f"its scans, a scan {human_duration(data['half_life_s'])} old half a fresh one" if data["half_life_s"]
+                 else "its scans")
+        head = (f"{data['workload']}: {data['scans']:,} scan(s) in {data['queries']:,} distinct quer(ies) (each "
+                f"weighs {decay}){span}")  # fmt: skip
     else:
         head = f"{data['workload']}: {data['queries']} queries"
     if not data["candidates"]:  # too little captured to score anything
@@ -266,13 +272,15 @@ def format_advice(data: dict[str, Any]) -> str:
     best, now = data["recommended"], data["current"]
     lines.append("  * the current settings")
     if captured:
-        lines += ["", "captured queries, costliest now first (scans, files a scan read: observed now, predicted "
-                  "for the current layout, for the recommended one):"]  # fmt: skip
+        lines += ["", "captured queries, costliest now first (scans, their share of the scans and of the "
+                  "weight, files a scan read: observed now, predicted for the current layout, for the "
+                  "recommended one):"]  # fmt: skip
         for shape in data["shapes"][:SHOWN_QUERIES]:
             observed = "-" if shape["observed_files_read"] is None else f"{shape['observed_files_read']:,.1f}"
             after = "" if shape["recommended_files_read"] is None else f" -> {shape['recommended_files_read']:,.1f}"
-            lines.append(f"  {shape['scans']:>7,} {shape['share']:>6.1%}  observed {observed:>7}, predicted "
-                         f"{shape['predicted_files_read']:,.1f}{after}  {shape['query']}")  # fmt: skip
+            lines.append(f"  {shape['scans']:>7,} {shape['share']:>6.1%} {shape['weight']:>6.1%}  observed "
+                         f"{observed:>7}, predicted {shape['predicted_files_read']:,.1f}{after}  "
+                         f"{shape['query']}")  # fmt: skip
         if len(data["shapes"]) > SHOWN_QUERIES:
             lines.append(f"  ... {len(data['shapes']) - SHOWN_QUERIES} more in --json")
     if best is None:

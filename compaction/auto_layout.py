@@ -9,19 +9,26 @@
   when it changes, ``recommendation.json`` for ``lakecluster status``); it changes nothing;
 * ``apply``: it also adopts the best layout with the table's partitioning when (1) it reads at
   least ``auto_layout_min_gain`` fewer files per captured scan than the layout in effect, (2) the
-  rolling 24 h byte budget of re-clustering (``rewrite_budget_bytes_per_day``, default half the
-  table's bytes) has room for the re-cluster's first group, and (3) no earlier adoption still has
-  files to re-cluster. The adoption goes to ``_lakecluster/layout/`` (``adoptions.py``); the
-  compactor clusters by it from then on and re-clusters the files written under another layout
-  in its rounds, the files the captured workload reads most first, within the budget.
+  rolling byte budget of re-clustering (``rewrite_budget_bytes_per_day`` per
+  ``rewrite_budget_window_s``, default half the table's bytes per 24 h) has room for the
+  re-cluster's first group, and (3) no earlier adoption still has files to re-cluster, unless the
+  new layout gains at least what two adoptions in a row would (``supersede_gain``): a layout
+  adopted while the workload was changing gives way to the one it changed to, without waiting
+  for the re-cluster to a layout nobody queries any more. The adoption goes to
+  ``_lakecluster/layout/`` (``adoptions.py``); the compactor clusters by it from then on and
+  re-clusters the files written under another layout in its rounds, the files the captured
+  workload reads most first, within the budget.
 
-Scoring costs at most about 5 % of the compactor's time: it runs only once ``DUE_FACTOR`` times
-the last scoring's wall time has passed since it (idle waits between rounds included), and at most
-every ``auto_layout_interval_s``.
+The captured scans are weighted by their age (``auto_layout_half_life_s``, ``captured.py``), so a
+mix that changed a day ago is scored mostly as the new mix, not as a blend of both.
+
+Scoring costs at most ``auto_layout_max_cost_share`` (5 %) of the compactor's time: it runs only
+once its last wall time divided by that share has passed since it (idle waits between rounds
+included), and at most every ``auto_layout_interval_s``.
 
 The budget is counted from the table's log, so every compactor and every restart sees the same:
 the bytes removed by commits whose metadata names an adoption (the re-cluster's groups) within
-the last 24 h.
+the last ``rewrite_budget_window_s``.
 """
 
 from __future__ import annotations
@@ -51,13 +58,11 @@ from lakecluster.compaction.relayout import data_files, off_layout, relayout_gro
 from lakecluster.compaction.workload import Predicate, Query
 from lakecluster.config import CompactionConfig, Config
 from lakecluster.layout import layout_fingerprint
-from lakecluster.sizes import human_bytes
+from lakecluster.sizes import human_bytes, human_duration
 from lakecluster.table import DeltaLocation, LakeTable, parse_user_metadata
 
 log = logging.getLogger(__name__)
 
-DUE_FACTOR = 20.0  # at least this many times a scoring's time between scorings: it costs <= 5 %
-DAY_S = 86_400.0
 PARALLEL_READS = 16  # commit files the budget's ledger reads at once
 
 
@@ -87,9 +92,15 @@ def fingerprint_of(config: Config) -> str:
     return layout_fingerprint(config.table.clustering_columns, c.weights(), c.curve)
 
 
+def supersede_gain(min_gain: float) -> float:
+    """The gain that lets a layout replace an adoption whose re-cluster is unfinished: what two
+    adoptions in a row would gain at least (0.2 -> 0.36)."""
+    return 1 - (1 - min_gain) ** 2
+
+
 def capped(config: Config, budget: int) -> CompactionConfig:
-    """The compaction settings with groups of at most the day's budget: a re-cluster group never
-    needs more than a day's budget, so the budget paces the re-cluster instead of stopping it."""
+    """The compaction settings with groups of at most the window's budget: a re-cluster group never
+    needs more than that, so the budget paces the re-cluster instead of stopping it."""
     c = config.compaction
     return dataclasses.replace(c, max_group_bytes=max(1, min(c.max_group_bytes, budget)))
 
@@ -237,27 +248,28 @@ class AutoLayout:
 
     def due(self, config: Config, now: float | None = None) -> bool:
         """Whether to score now: the loop is on, and since the last scoring both
-        ``auto_layout_interval_s`` and ``DUE_FACTOR`` times its cost have passed.
+        ``auto_layout_interval_s`` and its cost divided by ``auto_layout_max_cost_share`` have passed.
 
         The cost is held against the service's time, idle waits included, not against its rounds'
         work: a compactor with little to do (short rounds a minute apart) must still follow a
-        workload that changes, and scoring then costs it at most 1 / ``DUE_FACTOR`` of its time."""
+        workload that changes, and scoring then costs it at most that share of its time."""
         cfg = config.compaction
         if cfg.auto_layout == "off":
             return False
         if self.last_time is None:
             return True
         now = time.monotonic() if now is None else now
-        return now - self.last_time >= max(cfg.auto_layout_interval_s, DUE_FACTOR * (self.last_cost or 0.0))
+        spacing = (self.last_cost or 0.0) / cfg.auto_layout_max_cost_share
+        return now - self.last_time >= max(cfg.auto_layout_interval_s, spacing)
 
     # -- the budget ------------------------------------------------------------------------
 
     def budget(self, config: Config, live: pa.Table, version: int, now: float | None = None) -> dict[str, int]:
-        """{limit, used, left} of the re-clustering's rolling 24 h byte budget."""
+        """{limit, used, left} of the re-clustering's rolling byte budget."""
         now = time.time() if now is None else now
         table_bytes = int(pc.sum(live["size"]).as_py() or 0)
         limit = config.compaction.rewrite_budget_bytes_per_day or table_bytes // 2
-        used = self.ledger.used(version, now - DAY_S)
+        used = self.ledger.used(version, now - config.compaction.rewrite_budget_window_s)
         metrics.RELAYOUT_BUDGET_BYTES.set(limit)
         metrics.RELAYOUT_BUDGET_USED.set(used)
         return {"limit": limit, "used": used, "left": max(0, limit - used)}
@@ -275,13 +287,14 @@ class AutoLayout:
             kept.append(g)
         return kept, cut
 
-    def note_budget(self, paused: bool, limit: int, used: int) -> None:
-        """Metric and log line when the re-clustering pauses for its budget or resumes."""
+    def note_budget(self, paused: bool, limit: int, used: int, window: float = 86_400.0) -> None:
+        """Metric and log line when the re-clustering pauses for its budget (``limit`` bytes per
+        ``window`` seconds) or resumes."""
         metrics.RELAYOUT_BUDGET_EXHAUSTED.set(1 if paused else 0)
         if paused and not self.budget_paused:
-            log.warning("layout loop: the re-clustering pauses: it rewrote %s of its %s per 24 h "
-                        "(compaction.rewrite_budget_bytes_per_day); it resumes as the window moves on",
-                        human_bytes(used), human_bytes(limit))  # fmt: skip
+            log.warning("layout loop: the re-clustering pauses: it rewrote %s of its %s per %s "
+                        "(compaction.rewrite_budget_bytes_per_day, rewrite_budget_window_s); it resumes as the window "
+                        "moves on", human_bytes(used), human_bytes(limit), human_duration(window))  # fmt: skip
         elif not paused and self.budget_paused:
             log.info("layout loop: the re-clustering resumes within its budget")
         self.budget_paused = paused
@@ -311,7 +324,7 @@ class AutoLayout:
         cfg, t = config.compaction, config.table
         # The recent workload only: a query mix that changed weeks ago must not outvote today's.
         capture = read_capture(self.table, config.workload, since_s=cfg.auto_layout_window_s)
-        captured = captured_queries(capture.scans, [c.name for c in t.columns])
+        captured = captured_queries(capture.scans, [c.name for c in t.columns], half_life_s=cfg.auto_layout_half_life_s)
         result.scans, result.queries = len(capture.scans), len(captured)
         withheld = too_little(capture, captured, cfg)
         if withheld is not None:
@@ -345,9 +358,11 @@ class AutoLayout:
             return (f"not adopted: {result.gain:.0%} fewer files read per scan, below compaction.auto_layout_min_gain "
                     f"({cfg.auto_layout_min_gain:.0%})")  # fmt: skip
         left_over = pending(live, fingerprint_of(config))
-        if adoption is not None and len(left_over):
+        needed = supersede_gain(cfg.auto_layout_min_gain)
+        if adoption is not None and len(left_over) and result.gain < needed:
             return (f"not adopted: the re-clustering to adopted layout {adoption.number} still has {len(left_over)} "
-                    "file(s) left")
+                    f"file(s) left, and {result.gain:.0%} fewer files read is below the {needed:.0%} that replaces an "
+                    "unfinished adoption")  # fmt: skip
         c = best.candidate
         weights = dict(zip(c.clustering_columns, c.weights, strict=True))
         fingerprint = layout_fingerprint(c.clustering_columns, weights, cfg.curve)
@@ -361,7 +376,8 @@ class AutoLayout:
         if first > result.budget["left"]:
             return (f"not adopted: the re-cluster's first group ({human_bytes(first)}) does not fit the "
                     f"{human_bytes(result.budget['left'])} left of compaction.rewrite_budget_bytes_per_day "
-                    f"({human_bytes(result.budget['limit'])} per 24 h)")  # fmt: skip
+                    f"({human_bytes(result.budget['limit'])} per "
+                    f"{human_duration(cfg.rewrite_budget_window_s)})")  # fmt: skip
         number = (adoption.number if adoption is not None else 0) + 1
         latest = self.store.latest()
         if latest is not None and latest.number >= number:  # another compactor adopted meanwhile
@@ -377,11 +393,13 @@ class AutoLayout:
         result.adopted = winner.number
         metrics.AUTO_LAYOUT_ADOPTIONS.inc()
         log.warning("layout loop: adopted layout %d: clustering columns %s, weights %s (was %s); predicted files "
-                    "read per captured scan %.1f -> %.1f (%.0f%% fewer); re-clustering %s within %s per 24 h",
+                    "read per captured scan %.1f -> %.1f (%.0f%% fewer); re-clustering %s within %s per %s%s",
                     winner.number, ", ".join(c.clustering_columns), ", ".join(f"{w:g}" for w in c.weights),
                     ", ".join(config.table.clustering_columns), (result.current or {}).get("files_read_per_scan", 0.0),
                     best.mean_files_read, 100 * result.gain, human_bytes(result.recluster_bytes),
-                    human_bytes(result.budget["limit"]))  # fmt: skip
+                    human_bytes(result.budget["limit"]), human_duration(cfg.rewrite_budget_window_s),
+                    f"; it replaces layout {adoption.number}, whose re-cluster had {len(left_over)} file(s) left"
+                    if adoption is not None and len(left_over) else "")  # fmt: skip
         return f"adopted layout {winner.number}"
 
     def _export(self, result: Evaluation) -> None:

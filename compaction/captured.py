@@ -2,8 +2,11 @@
 how often they ran, with the files each read.
 
 Scans whose predicates (``CapturedScan.predicates``: one per column, values included) are the same
-are one query, whose weight is their number: the layout is scored on the files the whole captured
-workload would read, per scan (``WorkloadModel`` with ``Query.weight``). The files a scan read
+are one query, whose weight is their number, each scan discounted by its age with a half-life
+(``compaction.auto_layout_half_life_s``): the layout is scored on the files the captured workload
+would read, per scan (``WorkloadModel`` with ``Query.weight``), today's queries counting more than
+last week's, so that a mix that changed yesterday is scored as what it is now rather than as a
+blend of the old and the new. The files a scan read
 (``files_read``, counted by Spark under the layout the table had then) are not a weight of the
 score, which predicts files read for every candidate layout itself: weighting by what a query
 costs now would favour the queries the current layout serves badly and let a new layout break
@@ -23,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+
+import numpy as np
 
 from lakecluster.config import CompactionConfig
 from lakecluster.sizes import human_duration
@@ -51,22 +56,32 @@ class CapturedQuery:
         return self.scans * (self.mean_files_read or 0.0)
 
 
-def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str]) -> list[CapturedQuery]:
+def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str], *,
+                     half_life_s: float = 0.0) -> list[CapturedQuery]:  # fmt: skip
     """Distinct queries of the scans, the costliest now first (then the most frequent).
 
-    Predicates on a column the table does not have (renamed, dropped) are left out, as a workload
-    file's line would be refused.
+    Each query's weight is the sum over its scans of ``0.5 ** (age / half_life_s)``, the age
+    counted back from the newest scan (only the weights' ratios matter, and the newest scan weighing
+    1 keeps them from underflowing); ``half_life_s`` 0: every scan weighs 1. Predicates on a
+    column the table does not have (renamed, dropped) are left out, as a workload file's line
+    would be refused.
     """
     known = set(columns)
     groups: dict[tuple[Predicate, ...], list[CapturedScan]] = {}
     for scan in scans:
         key = tuple(sorted((p for p in scan.predicates if p.column in known), key=lambda p: p.column))
         groups.setdefault(key, []).append(scan)
+    newest = max((s.time_ms for s in scans), default=0)
     out = []
     for predicates, members in groups.items():
         text = describe(predicates)
         reads = tuple(s.files_read for s in members if s.files_read is not None)
-        out.append(CapturedQuery(Query(0, text, predicates, weight=float(len(members))), len(members), reads,
+        if half_life_s > 0:
+            ages = np.maximum(0, newest - np.array([s.time_ms for s in members], dtype=np.float64)) / 1000
+            weight = float(np.exp2(-ages / half_life_s).sum())
+        else:
+            weight = float(len(members))
+        out.append(CapturedQuery(Query(0, text, predicates, weight=weight), len(members), reads,
                                  members[-1].shape or "(no filter)"))  # fmt: skip
     out.sort(key=lambda q: (-q.cost, -q.scans, q.query.text))
     return [CapturedQuery(Query(i, q.query.text, q.query.predicates, q.query.weight), q.scans, q.files_read, q.shape)

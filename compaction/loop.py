@@ -292,7 +292,7 @@ class Compactor:
 
     def _auto_relayout(self, the_plan: Plan, files: pa.Table) -> Plan:
         """The round's plan with groups re-clustering the files left on another layout in front, the
-        files the captured workload reads most first, as many as the day's byte budget allows."""
+        files the captured workload reads most first, as many as the budget's window allows."""
         assert self.adoption is not None
         todo = pending(files, self.fingerprint)
         if not len(todo):
@@ -309,7 +309,8 @@ class Compactor:
         metrics.RELAYOUT_PENDING_FILES.set(relaid.relayout_files)
         metrics.RELAYOUT_PENDING_BYTES.set(relaid.relayout_bytes)
         groups, cut = self.auto.within_budget(relaid.groups, budget["left"])
-        self.auto.note_budget(cut and not any(g.relayout for g in groups), budget["limit"], budget["used"])
+        self.auto.note_budget(cut and not any(g.relayout for g in groups), budget["limit"], budget["used"],
+                              self.config.compaction.rewrite_budget_window_s)  # fmt: skip
         return dataclasses.replace(relaid, groups=groups)
 
     # -- inputs ---------------------------------------------------------------------------

@@ -183,10 +183,13 @@ class CompactionConfig:
     auto_layout_min_scans: int = 100
     auto_layout_min_span_s: float = 3600.0
     auto_layout_window_s: float = 7 * 86_400.0  # the captured scans scored: the last week's
+    auto_layout_half_life_s: float = 86_400.0  # a scan a day old weighs half a fresh one; 0: all alike
     auto_layout_interval_s: float = 3600.0
+    auto_layout_max_cost_share: float = 0.05  # of the compactor's wall time spent scoring, at most
     auto_layout_sample_rows: int = 100_000
-    # Bytes a layout change may rewrite per rolling 24 h; none: half the table's bytes.
+    # Bytes a layout change may rewrite per rolling window (24 h); none: half the table's bytes.
     rewrite_budget_bytes_per_day: int | None = None
+    rewrite_budget_window_s: float = 86_400.0
 
     def weights(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.column_weights.items()}

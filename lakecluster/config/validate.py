@@ -194,14 +194,18 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         raise ConfigError("compaction.local_rewrite_max_bytes", f"must be >= 0, got {c.local_rewrite_max_bytes}")
     if c.merge_fanout < 2:
         raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
+    if not 0 < c.auto_layout_max_cost_share <= 1:
+        raise ConfigError("compaction.auto_layout_max_cost_share", "must be > 0 and <= 1 (0.05: at most 5 % of the "
+                          f"compactor's time spent scoring layouts), got {c.auto_layout_max_cost_share}")  # fmt: skip
     if not 0 < c.auto_layout_min_gain <= 1:
         raise ConfigError("compaction.auto_layout_min_gain", "must be > 0 and <= 1 (0.2: 20 % fewer files read), "
                           f"got {c.auto_layout_min_gain}")  # fmt: skip
     for key in ("auto_layout_min_scans", "auto_layout_interval_s", "auto_layout_window_s", "auto_layout_sample_rows",
-                "rewrite_budget_bytes_per_day"):  # fmt: skip
+                "rewrite_budget_bytes_per_day", "rewrite_budget_window_s"):  # fmt: skip
         _positive(f"compaction.{key}", getattr(c, key))
-    if c.auto_layout_min_span_s < 0:
-        raise ConfigError("compaction.auto_layout_min_span_s", f"must be >= 0, got {c.auto_layout_min_span_s}")
+    for key in ("auto_layout_min_span_s", "auto_layout_half_life_s"):
+        if getattr(c, key) < 0:
+            raise ConfigError(f"compaction.{key}", f"must be >= 0, got {getattr(c, key)}")
 
 
 def _validate_index(c: IndexConfig, t: TableConfig) -> None:

@@ -24,8 +24,9 @@ from tests.workload_records import record, write
 pytestmark = pytest.mark.integration
 
 
-def _tune(table: Path, *args: str, json_output: bool = True) -> subprocess.CompletedProcess[str]:
-    flags = [f"--set={k}={v}" for k, v in SMALL.items()]
+def _tune(table: Path, *args: str, json_output: bool = True,
+          settings: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    flags = [f"--set={k}={v}" for k, v in {**SMALL, **(settings or {})}.items()]
     return subprocess.run(lakecluster_cmd(f"--set=table.path={table}", "--set=table.partition_by=[]", *flags,
                                           *(["--json"] if json_output else []), "tune", *args),
                           env=subprocess_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -148,7 +149,11 @@ def test_tune_from_the_captured_workload_weighs_each_query_by_its_scans(tmp_path
         assert result.returncode == 0, result.stderr
         advice = json.loads(result.stdout)["workload"]
         assert advice["scans"] == 110 and advice["queries"] == 2 and advice["since_s"] == 86_400
-        assert sorted(advice["query_weights"]) == [10.0, 100.0]
+        # Each query weighs its scans, a scan a day (compaction.auto_layout_half_life_s) old half a fresh
+        # one: these are at most 100 minutes older than the newest, so within 5 % of their count.
+        assert advice["half_life_s"] == 86_400
+        weights = sorted(advice["query_weights"])
+        assert 9.5 < weights[0] <= 10 and 95 < weights[1] <= 100 and weights[1] / weights[0] > 9.5
         # The costliest query now first, its files read as observed beside the model's prediction.
         top = advice["shapes"][0]
         assert top["scans"] == 100 and top["observed_files_read"] == (8 if name == "nations" else 5)
@@ -177,9 +182,15 @@ def test_tune_from_the_captured_workload_scores_the_last_week_unless_told_otherw
     recent = json.loads(_tune(table, "--from-workload", "--sample-rows=4000").stdout)["workload"]
     assert recent["since_s"] == 7 * 86_400 and recent["scans"] == 100 and recent["queries"] == 1
     assert recent["recommended"]["clustering_columns"] == ["lo_quantity"]
+    # 30 days count the older scans, but a scan ten days old weighs 2^-10 of a fresh one: still quantities.
     month = json.loads(_tune(table, "--from-workload", "--sample-rows=4000", "--since=30d").stdout)["workload"]
     assert month["scans"] == 400 and month["queries"] == 2
-    assert "c_nation" in month["recommended"]["clustering_columns"] + month["recommended"]["partition_by"]
+    assert month["recommended"]["clustering_columns"] == ["lo_quantity"]
+    # Every scan weighing alike (half-life 0), the 300 on nations outvote the 100 on quantities.
+    alike = json.loads(_tune(table, "--from-workload", "--sample-rows=4000", "--since=30d",
+                             settings={"compaction.auto_layout_half_life_s": "0"}).stdout)["workload"]  # fmt: skip
+    assert alike["scans"] == 400 and sorted(alike["query_weights"]) == [100.0, 300.0]
+    assert "c_nation" in alike["recommended"]["clustering_columns"] + alike["recommended"]["partition_by"]
 
 
 def test_tune_from_too_little_captured_workload_recommends_nothing_and_says_why(tmp_path: Path) -> None:

@@ -188,6 +188,75 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
     assert any("re-cluster to adopted layout 1" in v["service"] for v in data["versions"])
 
 
+def test_a_much_better_layout_replaces_an_unfinished_adoption_and_a_little_better_one_waits(spark, filled,
+                                                                                            tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    # Yesterday's dashboards filtered on nations and quantities; the table adopted a layout for
+    # them and its re-cluster paused on the budget (half the table a day). Today's filter on brands.
+    base = _config(tmp_path / "t")
+    filled(base)
+    Compactor(base, spark=spark).run_once()
+    hour, now = 3_600_000, time.time() * 1000
+    write(tmp_path / "t", now - 30 * hour, [record(now - 30 * hour + i * 60_000, i, filters=NATION if i % 3 else
+                                                   QUANTITY, files_read=6) for i in range(120)])  # fmt: skip
+    config = _config(tmp_path / "t", **{"compaction.auto_layout": '"apply"',
+                                        "compaction.auto_layout_half_life_s": "3600"})  # fmt: skip
+    rows_before = _keys(read_delta(config.table.path))
+    store = AdoptionStore(LakeTable(config))
+    compactor = Compactor(config, spark=spark)
+    compactor.layout_loop()
+    first = store.latest()
+    assert first is not None and first.number == 1 and set(first.clustering_columns) <= {"c_nation", "lo_quantity"}
+    compactor.run_once()
+    assert len(pending(_live(compactor.config)[0], first.fingerprint)), "the re-cluster should have paused"
+    brand = [{"column": "p_brand", "type": "string", "op": "=", "value": "MFGR#1213"}]
+    write(tmp_path / "t", now - 2 * hour, [record(now - 2 * hour + i * 60_000, 1000 + i, filters=brand, files_read=6)
+                                           for i in range(120)], seq=2)  # fmt: skip
+
+    def scored(min_gain: float):  # type: ignore[no-untyped-def]
+        effect = replace(compactor.config, compaction=replace(compactor.config.compaction,
+                                                              auto_layout_min_gain=min_gain))  # fmt: skip
+        return compactor.auto.evaluate(effect, compactor.adoption, *_live(effect))
+
+    measured = scored(0.99)
+    assert "p_brand" in measured.adoptable["clustering_columns"] and measured.gain >= 0.36  # type: ignore[index]
+    # Past compaction.auto_layout_min_gain, but short of what two adoptions in a row gain: it waits.
+    waiting = scored(round(0.9 * measured.gain, 4))
+    assert waiting.adopted is None and store.latest() == first
+    assert "still has" in waiting.decision and "replaces an unfinished adoption" in waiting.decision
+    # Past that (the default min_gain 0.2 needs 36 %), with room in the budget (layout 1's re-cluster
+    # used the day's): adopted, replacing layout 1 and its re-cluster.
+    compactor.base_config = replace(config, compaction=replace(config.compaction, rewrite_budget_bytes_per_day=10**9))
+    compactor._apply_layout()
+    compactor.auto.last_time = None
+    compactor.layout_loop()
+    second = store.latest()
+    assert compactor.auto.last is not None and compactor.auto.last.adopted == 2, compactor.auto.last.decision
+    assert second is not None and second.number == 2 and "replaces" not in compactor.auto.last.decision
+    assert "p_brand" in second.clustering_columns and compactor.fingerprint == second.fingerprint
+    for _ in range(10):
+        compactor.run_once()
+        if not len(pending(_live(compactor.config)[0], second.fingerprint)):
+            break
+    assert not len(pending(_live(compactor.config)[0], second.fingerprint))
+    assert _keys(read_delta(config.table.path)) == rows_before  # every row exactly once
+
+
+def test_the_budget_counts_the_re_cluster_over_its_window(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"'})
+    compactor = Compactor(config, spark=spark)
+    compactor.layout_loop()
+    assert compactor.adoption is not None
+    assert any(r.group.relayout and r.result == "committed" for r in compactor.run_once())
+    files, version = _live(compactor.config)
+    used = compactor.auto.budget(compactor.config, files, version)["used"]
+    assert used > 0
+    # An hour from now the day's window still holds the re-cluster; a window of half an hour does not.
+    later = time.time() + 3600
+    assert compactor.auto.budget(compactor.config, files, version, now=later)["used"] == used
+    short = replace(compactor.config, compaction=replace(compactor.config.compaction, rewrite_budget_window_s=1800.0))
+    assert compactor.auto.budget(short, files, version, now=later)["used"] == 0
+
+
 def test_status_measures_the_clustering_depth_on_the_layout_in_effect(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"'})
     configured = table_status(LakeTable(config), open_source(config))

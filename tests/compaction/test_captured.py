@@ -81,3 +81,27 @@ def test_too_little_to_decide_says_why(tmp_path: Path) -> None:
 def test_predicates_read_back_as_a_where_clause() -> None:
     assert describe([Predicate("c", "eq", ("A", "O'B")), Predicate("q", "range", high=Decimal("2.5"))]) == (
         "c IN ('A', 'O''B') AND q <= 2.5")
+
+
+def test_scans_weigh_less_with_age_so_a_changed_mix_counts_as_the_new_one(tmp_path: Path) -> None:
+    # A day of the old mix (48 scans filtering on c_city), then the last 4 hours of the new one (8
+    # scans on q): by count the old mix is 6 times the new; with a half-life of 2 hours the new mix
+    # is the workload.
+    hour = 3_600_000
+    old = [record(NOW - 28 * hour + i * 1_800_000, i, filters=[{**CITY, "value": "A"}]) for i in range(48)]
+    new = [record(NOW - 4 * hour + i * 1_800_000 + 1, 100 + i, filters=QTY) for i in range(8)]
+    capture = _capture(tmp_path, old + new)
+
+    counted = {q.query.text: q.query.weight for q in captured_queries(capture.scans, ["c_city", "q"])}
+    assert counted == {"c_city = 'A'": 48.0, "q BETWEEN 10 AND 20": 8.0}
+    decayed = {q.query.text: q.query.weight
+               for q in captured_queries(capture.scans, ["c_city", "q"], half_life_s=7200)}  # fmt: skip
+    # The newest scan weighs 1, one 2 hours older 0.5: the new mix's 8 scans, half an hour apart.
+    newest = new[-1]["time_ms"]
+    expected_new = sum(0.5 ** ((newest - r["time_ms"]) / 7_200_000) for r in new)
+    expected_old = sum(0.5 ** ((newest - r["time_ms"]) / 7_200_000) for r in old)
+    assert abs(decayed["q BETWEEN 10 AND 20"] - expected_new) < 1e-9
+    assert abs(decayed["c_city = 'A'"] - expected_old) < 1e-9
+    assert decayed["q BETWEEN 10 AND 20"] > 3 * decayed["c_city = 'A'"]
+    # Scans keep their count: the guardrails (auto_layout_min_scans) count scans, not weight.
+    assert sorted(q.scans for q in captured_queries(capture.scans, ["c_city", "q"], half_life_s=7200)) == [8, 48]
