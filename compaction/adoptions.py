@@ -6,16 +6,17 @@ numbered from 1; the highest number is the layout in effect. Every compactor, re
 second, and ``lakecluster status`` read the same files, so they agree on it.
 
 Adopting is put-if-absent on the next number, so two compactors racing to adopt create one
-layout, never two: the loser reads the winner's file and follows it.
+layout, never two: the loser reads the winner's file and follows it. The create itself decides
+(``lakecluster.storage.create_if_absent``), whatever the timing of the writers' other steps:
 
 * Local disks: the file is written under a temporary name, then hard-linked to its final name;
   ``link(2)`` fails when the name exists, atomically.
-* Object stores: one PUT makes the whole object visible; the writer then waits ``SETTLE_S`` and
-  reads the object back, and goes on only if it is still its own (the approach of
-  ``lakecluster/lease.py``: two writers within the same moment are told apart by the read-back;
-  the window left is a second writer whose check and PUT are more than ``SETTLE_S`` apart, and a
-  layout adopted twice in that window costs rewrites, never data: every rewrite is an ordinary
-  conflict-checked commit).
+* S3: one PUT with ``If-None-Match: *``; the store refuses it (412) when the key exists, so a
+  writer that checked long before another one wrote still cannot replace that one's file.
+
+A compactor first reads the number it means to take: one that scored on an old listing learns it
+lost without a write. That read only saves a request; a file that appears after it is found by the
+conditional create.
 
 ``recommendation.json`` holds the last scoring's result (replaced whole each time): what the
 compactor would adopt and why it did or did not, for ``status``.
@@ -25,21 +26,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from lakecluster.storage import create_if_absent
 from lakecluster.table import LakeTable
 from lakecluster.uris import is_local
 
 log = logging.getLogger(__name__)
 
-SETTLE_S = 1.0
 _ADOPTION = re.compile(r"^adoption-(\d{8})\.json$")
 RECOMMENDATION = "recommendation.json"
 
@@ -75,10 +74,11 @@ class Adoption:
 class AdoptionStore:
     """The adoption files of one table (see the module's docstring)."""
 
-    def __init__(self, table: LakeTable, *, settle_s: float = SETTLE_S) -> None:
-        self.fs, self.folder = table.filesystem(table.paths.layout)
+    def __init__(self, table: LakeTable) -> None:
+        self.uri = table.paths.layout
+        self.storage = table.storage
+        self.fs, self.folder = table.filesystem(self.uri)
         self.local = is_local(table.uri)
-        self.settle_s = settle_s
 
     def _numbers(self) -> list[int]:
         try:
@@ -118,36 +118,20 @@ class AdoptionStore:
             (the adoption under that number, whether it is this one).
         """
         path = self._path(adoption.number)
-        body = json.dumps(adoption.as_dict(), sort_keys=True).encode()
-        self.fs.create_dir(self.folder, recursive=True)
-        if self.local:
-            tmp = f"{self.folder}/.adoption-{uuid.uuid4().hex}.tmp"
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(body)
-            try:
-                os.link(tmp, path)  # fails if the name exists: put-if-absent, atomically
-                won = True
-            except FileExistsError:
-                won = False
-            finally:
-                os.unlink(tmp)
-        else:
-            if self._read(path) is not None:
-                won = False
-            else:
-                with self.fs.open_output_stream(path) as out:
-                    out.write(body)
-                time.sleep(self.settle_s)  # a racing PUT lands in this window; the read-back tells
-                won = None
-        found = self._read(path)
-        if found is None:  # cannot happen on a consistent store: say so rather than guess
-            raise OSError(f"{path} is gone right after it was written")
+        found = self._read(path)  # taken already: no write needed to know it (see the module's docstring)
+        if found is None:
+            if self.create(adoption.number, json.dumps(adoption.as_dict(), sort_keys=True).encode()):
+                return adoption, True
+            found = self._read(path)
+            if found is None:  # cannot happen on a consistent store: say so rather than guess
+                raise OSError(f"{path} was refused as existing but cannot be read")
         winner = Adoption.from_dict(found)
-        if won is None:
-            won = winner.id == adoption.id
-        elif won and winner.id != adoption.id:
-            won = False
-        return winner, won
+        # Its own id too when a retried PUT found the file its first attempt had created.
+        return winner, winner.id == adoption.id
+
+    def create(self, number: int, body: bytes) -> bool:
+        """Create ``adoption-<number>.json`` with ``body`` unless it exists: True if this call did."""
+        return create_if_absent(f"{self.uri}/adoption-{number:08d}.json", body, self.storage)
 
     def write_recommendation(self, data: dict[str, Any]) -> None:
         """Replace the last scoring's result (a reader sees a whole file or the previous one)."""

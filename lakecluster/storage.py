@@ -4,11 +4,14 @@ One :class:`~lakecluster.config.StorageConfig` gives S3 endpoint, region and cre
 unset fall back to the standard AWS environment variables (``AWS_ENDPOINT_URL``, ``AWS_REGION``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``). From it this module builds
 what each library needs: pyarrow filesystems (sketches, index, leases), delta-rs storage options
-(readers) and Hadoop S3A settings (Spark). Every function takes the settings it applies: there is
-no process-wide storage setting (a table handle, ``lakecluster.table.LakeTable``, carries its own).
+(readers), Hadoop S3A settings (Spark) and object_store clients (``obstore``: conditional creates).
+Every function takes the settings it applies: there is no process-wide storage setting (a table
+handle, ``lakecluster.table.LakeTable``, carries its own).
 
 Commits on S3 are made safe between processes by S3 conditional writes (``If-None-Match: *``):
 delta-rs with ``aws_conditional_put=etag``, Spark through lakecluster's LogStore (docs/storage.md).
+lakecluster's own put-if-absent files (the adopted layouts) use the same condition through
+:func:`create_if_absent`.
 """
 
 from __future__ import annotations
@@ -16,10 +19,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
+import uuid
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
+import obstore
 import pyarrow.fs as pafs
+from obstore.exceptions import AlreadyExistsError, BaseError
+from obstore.store import S3Store
 
 from lakecluster.config import StorageConfig
 from lakecluster.uris import bucket_key, is_local, is_s3, normalize
@@ -27,6 +36,11 @@ from lakecluster.uris import bucket_key, is_local, is_s3, normalize
 _lock = threading.Lock()
 # Filesystems by the settings they were built from: one S3 client per configuration and process.
 _cache: dict[StorageConfig, pafs.FileSystem] = {}
+# object_store clients by settings and bucket (an S3Store is bound to one bucket).
+_stores: dict[tuple[StorageConfig, str], S3Store] = {}
+# AWS S3 answers 409 ConditionalRequestConflict to a conditional PUT while a conflicting operation on
+# the key is in flight; it asks for a retry, which then gets 200 or 412.
+_CONFLICT_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -149,3 +163,73 @@ def hadoop_conf(storage: StorageConfig) -> dict[str, str]:
             conf["fs.s3a.session.token"] = s.session_token
             conf["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
     return conf
+
+
+def create_if_absent(uri: str, data: bytes, storage: StorageConfig) -> bool:
+    """Write ``data`` as the file at ``uri`` unless one is there already, atomically: of any number
+    of processes creating the same name at once, exactly one does.
+
+    * Local disks: the data is written under a temporary name beside it, then hard-linked to
+      ``uri``; ``link(2)`` fails when the name exists.
+    * S3: one PUT with ``If-None-Match: *`` (object_store's ``PutMode::Create``, through
+      ``obstore``), reached with the same options delta-rs gets (:func:`delta_options`). The store
+      refuses it with 412 when the key exists, however long ago the other writer checked or wrote;
+      a store that ignores the header (docs/storage.md, "S3-compatible stores") breaks this.
+
+    Returns:
+        True if this call created the file; False if it existed, left as it was. Should a PUT
+        whose answer was lost be sent again (by the client's retries or a caller's), the second
+        finds the key: False can then mean that the first created it. A caller that must know
+        compares the content it finds with its own.
+
+    Raises:
+        ValueError: ``uri`` is neither a local path nor ``s3://`` (the schemes lakecluster supports,
+            ``lakecluster/uris.py``): no create-if-absent is assumed for a store not tested.
+        OSError: the store failed otherwise (refused, unreachable).
+    """
+    uri = normalize(uri)
+    if is_local(uri):
+        return _link_if_absent(uri, data)
+    if not is_s3(uri):
+        raise ValueError(f"unsupported storage scheme in {uri!r}: use a local path or s3://bucket/path")
+    bucket, _, key = bucket_key(uri).partition("/")
+    store = _object_store(uri, bucket, storage)
+    attempt = 1
+    while True:
+        try:
+            obstore.put(store, key, data, mode="create")
+            return True
+        except AlreadyExistsError:
+            return False
+        except BaseError as e:  # obstore's errors are not OSErrors; callers of storage expect one
+            if attempt < _CONFLICT_TRIES and "409 Conflict" in str(e):
+                time.sleep(0.1 * attempt)
+                attempt += 1
+                continue
+            raise OSError(f"{uri}: conditional create (If-None-Match: *) failed: {e}") from e
+
+
+def _link_if_absent(path: str, data: bytes) -> bool:
+    folder, name = os.path.split(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+    try:
+        os.link(tmp, path)  # fails if the name exists: put-if-absent, atomically
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def _object_store(uri: str, bucket: str, storage: StorageConfig) -> S3Store:
+    """The object_store client of one bucket, from the options delta-rs gets (one per settings)."""
+    with _lock:
+        store = _stores.get((storage, bucket))
+        if store is None:
+            options: dict[str, Any] = delta_options(uri, storage) or {}
+            store = S3Store(bucket, config=options)
+            _stores[(storage, bucket)] = store
+    return store

@@ -364,6 +364,41 @@ def test_racing_compactors_adopt_one_layout_on_s3(s3, s3_prefix: str) -> None:  
     assert latest is not None and latest.id == next(w.id for w, won in results if won)
 
 
+def test_a_writer_that_checked_before_another_adopted_cannot_replace_that_adoption_on_s3(
+    s3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """B finds number 1 free; A then adopts number 1 from start to end; only then does B write. The
+    conditional create refuses B's PUT however long after its check it comes, so B follows A and
+    A's file stays. (Check, PUT, wait and read back let B replace A's file here, and told both they
+    had won.)"""
+    from lakecluster.config import StorageConfig
+
+    table = LakeTable.at(f"{s3_prefix}t", storage=StorageConfig(**s3.storage_settings()))
+    a_store, b_store = AdoptionStore(table), AdoptionStore(table)
+    a = Adoption(1, "a", ("ca",), (1.0,), "fa", "old", time.time())
+    b = Adoption(1, "b", ("cb",), (1.0,), "fb", "old", time.time())
+    read, checks, a_result = b_store._read, [], []
+
+    def check_then_let_a_adopt(path: str) -> dict | None:
+        found = read(path)
+        if not checks:  # B's check before its write: A adopts between the two
+            checks.append(found)
+            a_result.append(a_store.adopt(a))
+        return found
+
+    monkeypatch.setattr(b_store, "_read", check_then_let_a_adopt)
+    b_result = b_store.adopt(b)
+    assert checks == [None], "B checked before A wrote"
+    assert a_result == [(a, True)]
+    assert b_result == (a, False), "B lost to A and follows A's layout"
+    assert a_store.latest() == a and [x.id for x in a_store.all()] == ["a"]
+    with s3.filesystem().open_input_stream(f"{a_store.folder}/adoption-00000001.json") as f:
+        assert json.loads(f.read())["id"] == "a"
+    # The create alone decides: B's create of the number A holds is refused, A's file left as it was.
+    assert not b_store.create(1, json.dumps(b.as_dict()).encode())
+    assert a_store.latest() == a
+
+
 def test_the_re_cluster_takes_the_files_the_workload_reads_most_first_within_the_budget() -> None:
     actions = pa.table({"path": ["a", "b", "c"], "min.q": [0, 10, 20], "max.q": [9, 19, 29],
                         "partition.y": ["1", "1", "2"]})  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from lakecluster import storage
@@ -56,3 +58,56 @@ def test_nothing_set_anywhere_is_left_to_the_executors_own_chain(no_aws_env: pyt
     shipped = storage.resolved(StorageConfig())
     assert shipped == StorageConfig()
     assert "fs.s3a.access.key" not in storage.hadoop_conf(shipped)
+
+
+def test_create_if_absent_on_a_local_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "new" / "folder" / "x.json"
+    assert storage.create_if_absent(str(path), b"first", StorageConfig())
+    assert not storage.create_if_absent(f"file://{path}", b"second", StorageConfig())
+    assert path.read_bytes() == b"first"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x.json"], "no temporary file left"
+
+
+def test_create_if_absent_refuses_a_scheme_it_has_no_atomic_create_for() -> None:
+    with pytest.raises(ValueError, match="unsupported storage scheme"):
+        storage.create_if_absent("gs://bucket/x.json", b"x", StorageConfig())
+
+
+@pytest.mark.integration
+def test_create_if_absent_on_s3_is_decided_by_the_conditional_put(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """One PUT with ``If-None-Match: *``: a key that exists is refused whoever wrote it and whenever,
+    and of writers creating one key at once exactly one does."""
+    settings = StorageConfig(**s3.storage_settings())
+    fs, base = s3.filesystem(), s3_prefix.removeprefix("s3://").rstrip("/")
+
+    def content(name: str) -> bytes:
+        with fs.open_input_stream(f"{base}/{name}") as f:
+            return f.read()
+
+    assert storage.create_if_absent(f"{s3_prefix}a/x.json", b"first", settings)
+    assert not storage.create_if_absent(f"{s3_prefix}a/x.json", b"second", settings)
+    assert content("a/x.json") == b"first"
+    # An object another client wrote (a plain PUT through pyarrow) is refused the same way.
+    with fs.open_output_stream(f"{base}/b.json") as out:
+        out.write(b"pyarrow's")
+    assert not storage.create_if_absent(f"{s3_prefix}b.json", b"mine", settings)
+    assert content("b.json") == b"pyarrow's"
+
+    def race(name: str, writers: int = 4) -> list[int]:
+        barrier, won = threading.Barrier(writers), []
+
+        def create(i: int) -> None:
+            barrier.wait()
+            if storage.create_if_absent(f"{s3_prefix}{name}", f"writer {i}".encode(), settings):
+                won.append(i)
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return won
+
+    for round_ in range(5):
+        won = race(f"race-{round_}")
+        assert len(won) == 1 and content(f"race-{round_}") == f"writer {won[0]}".encode()
