@@ -22,13 +22,16 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 import obstore
 import pyarrow.fs as pafs
 from obstore.exceptions import AlreadyExistsError, BaseError
 from obstore.store import S3Store
+
+if TYPE_CHECKING:
+    from obstore.store import S3Config
 
 from lakecluster.config import StorageConfig
 from lakecluster.uris import bucket_key, is_local, is_s3, normalize
@@ -229,7 +232,8 @@ def _object_store(uri: str, bucket: str, storage: StorageConfig) -> S3Store:
     with _lock:
         store = _stores.get((storage, bucket))
         if store is None:
-            options: dict[str, Any] = delta_options(uri, storage) or {}
+            # delta-rs's option names (aws_endpoint, AWS_ALLOW_HTTP, ...) are object_store's own keys.
+            options = cast("S3Config", delta_options(uri, storage) or {})
             store = S3Store(bucket, config=options)
             _stores[(storage, bucket)] = store
     return store
