@@ -245,7 +245,8 @@ def lakecluster_config(path: Path, clustering: Sequence[str], weights: dict[str,
 
 
 def sketch(path: Path, fragments: Sequence[str], columns: Sequence[str]) -> None:
-    """Merge the fragments' rows into the boundary sketches of ``columns``, as the stream does per batch."""
+    """Merge the fragments' rows into the boundary sketches of ``columns`` and of every other column
+    the sketch file holds (those of an adopted layout), as the stream does per batch."""
     from deltalake import DeltaTable
 
     from lakecluster.sketches import BoundarySketches
@@ -257,9 +258,10 @@ def sketch(path: Path, fragments: Sequence[str], columns: Sequence[str]) -> None
     latest = store.latest() or BoundarySketches({})
     fresh = BoundarySketches.empty([by_name[c] for c in columns if c not in latest.sketches])
     latest.sketches.update(fresh.sketches)
+    sketched = [c for c in latest.sketches if c in by_name]
     for f in fragments:
-        batch = pq.read_table(f, columns=list(columns))
-        for c in columns:
+        batch = pq.read_table(f, columns=sketched)
+        for c in sketched:
             latest.sketches[c].update(batch[c])
     latest.delta_version = DeltaTable(str(path)).version()
     store.write(latest)

@@ -31,7 +31,8 @@ from pyspark.sql import functions as F
 from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.faults import crash_point
 from lakecluster.layout import ClusteringLayout
-from lakecluster.sketches import ColumnSketch
+from lakecluster.schema import ColumnSpec
+from lakecluster.sketches import ColumnSketch, sketch_kind
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.stream import resume
 from lakecluster.stream.append import AppendBlocked, AppendTarget, commit_append
@@ -115,10 +116,11 @@ class StreamSink:
         t = config.table
         self.spec = table.spec
         self.source = source
-        self.sketch_columns = tuple(t.column(c) for c in t.clustering_columns)
+        self.configured_columns = tuple(t.column(c) for c in t.clustering_columns)
         self.store = table.sketches(start.stream_id)
         sk = config.sketches
-        self.sketches = load_or_empty(self.store, self.sketch_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self.sketches = load_or_empty(self.store, self.configured_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self.sketch_columns = self._sketched()
         self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
@@ -203,10 +205,24 @@ class StreamSink:
         if newest is None or newest == self._sketch_file:
             return
         sk = self.config.sketches
-        self.sketches = load_or_empty(self.store, self.sketch_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self.sketches = load_or_empty(self.store, self.configured_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self.sketch_columns = self._sketched()
         self._sketch_file = newest
-        log.info("boundary sketches re-read from %s (written by another process): columns %s", newest,
-                 ", ".join(self.sketches.sketches))  # fmt: skip
+        log.info("boundary sketches re-read from %s (written by another process): columns %s; sketching %s", newest,
+                 ", ".join(self.sketches.sketches), ", ".join(c.name for c in self.sketch_columns))  # fmt: skip
+
+    def _sketched(self) -> tuple[ColumnSpec, ...]:
+        """The columns the batches are sketched on: the configured clustering columns, then every
+        other column of the table whose sketch the file holds. The compactor puts there the
+        sketches of a layout it adopted or was given (built once from the table,
+        compaction/table_sketches.py); the stream keeps them up to date with its batches, as it
+        does its own, so their boundaries follow the data for as long as the layout is in use."""
+        declared = {c.name: c for c in self.config.table.columns if c.name not in self.config.table.partition_by}
+        mine = {c.name for c in self.configured_columns}
+        extra = tuple(declared[name] for name, sketch in self.sketches.sketches.items()
+                      if name in declared and name not in mine
+                      and sketch.kind == sketch_kind(declared[name]))  # fmt: skip
+        return self.configured_columns + extra
 
     def _task_spec(self, sketch_done: bool, files: TaskFiles | None = None) -> TaskSpec:
         return TaskSpec(
@@ -344,7 +360,7 @@ class StreamSink:
         """The current boundaries as a sort order for this batch (``stream.cluster_on_write``)."""
         if not self.config.stream.cluster_on_write or any(s.n == 0 for s in self.sketches.sketches.values()):
             return None
-        return ClusteringLayout.build(self.sketches, [c.name for c in self.sketch_columns],
+        return ClusteringLayout.build(self.sketches, [c.name for c in self.configured_columns],
                                       curve=self.config.compaction.curve, target_cells=1,
                                       k=self.config.sketches.boundaries)  # fmt: skip
 
