@@ -16,9 +16,9 @@ and never built again.
 The result is stored where the configured stream keeps its sketches: a new version of its sketch
 file holding what it had plus the built columns, under the same stream batch id (so a stream
 replaying a batch decides as before). The stream re-reads its folder's newest file when another
-process wrote it (``stream/sink.py``) and keeps columns it does not sketch itself, so its next
-file carries the built sketches on, merged with its batches once it runs with the new columns:
-the stream and the compactor agree on the boundaries. Nothing here takes the stream's lease or
+process wrote it (``stream/sink.py``) and from then on sketches its batches on the built columns
+too, so its next files carry them on, kept up to date: the stream and the compactor agree on the
+boundaries. Nothing here takes the stream's lease or
 waits for it.
 """
 
