@@ -65,18 +65,19 @@ def apply_settings(round_s: float, in_bytes: int) -> dict[str, Any]:
     """The apply arm's settings that are not the defaults. A round stands for an hour and lasts
     ``round_s`` seconds of the clock, so the layout loop's durations are scaled to it:
 
-    - scoring at most once a round, on at least a round's span of captured queries, the last
-      ``WINDOW_ROUNDS`` rounds' queries with a half-life of ``HALF_LIFE_ROUNDS`` (the defaults, a
+    - scoring once a round (its interval a little shorter than a round, which the clock
+      measures from one scoring to the next), on at least a round's span of captured queries, the
+      last ``WINDOW_ROUNDS`` rounds' queries with a half-life of ``HALF_LIFE_ROUNDS`` (the defaults, a
       week and a day, are in the same ratio);
-    - scoring may take a quarter of the clock: a scoring of a few seconds is a quarter of a 30 s
-      round but 0.1 % of the hour the round stands for (the default 5 % would let it score only
-      every third or fourth round, as if it took minutes an hour);
+    - scoring may take half the clock: a scoring of a few seconds is a fifth of a 30 s round but
+      0.1 % of the hour the round stands for (the default 5 % would let it score only every third
+      or fourth round, as if it took minutes an hour);
     - the re-cluster's budget: the whole input's bytes per ``BUDGET_ROUNDS`` rounds, about twice
       the table a day (the default, half the table a day, would re-cluster the table in two days:
       past the end of the run). Its write amplification is reported beside the result."""
-    return {"auto_layout": "apply", "auto_layout_interval_s": round_s, "auto_layout_min_span_s": round_s,
+    return {"auto_layout": "apply", "auto_layout_interval_s": 0.8 * round_s, "auto_layout_min_span_s": round_s,
             "auto_layout_window_s": WINDOW_ROUNDS * round_s, "auto_layout_half_life_s": HALF_LIFE_ROUNDS * round_s,
-            "auto_layout_max_cost_share": 0.25, "rewrite_budget_bytes_per_day": in_bytes,
+            "auto_layout_max_cost_share": 0.5, "rewrite_budget_bytes_per_day": in_bytes,
             "rewrite_budget_window_s": BUDGET_ROUNDS * round_s}  # fmt: skip
 
 
