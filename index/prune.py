@@ -33,7 +33,7 @@ from lakecluster.errors import PredicateError, StatsIndexError
 from lakecluster.index.encoding import NAN_KEY, PREFIX_END, encode_value, exact_value, family, scale
 from lakecluster.index.file_ids import find
 from lakecluster.index.spec import IndexSpec
-from lakecluster.index.sync import is_current, sync
+from lakecluster.index.sync import store_for, stored_unusable, sync
 from lakecluster.index.view import IndexView
 from lakecluster.schema import ColumnSpec
 from lakecluster.table import LakeTable
@@ -305,15 +305,18 @@ def prune(target: IndexSpec | LakeTable | str, where: str, *, index: str = "late
         index: ``"latest"`` (default): the stored index with the commits after its version read
             from the Delta log and applied in memory (built in memory when a sync would rebuild
             it); writes nothing. ``"sync"``: sync the stored index first (writes it), then read it.
-            ``"stored"``: the stored index only; a stale or missing one is an error.
+            ``"stored"``: the stored index only; a stale or missing one is an error, and so is
+            one that may be another table's (``sync.identity``: the table was created anew at
+            its location, or the index records no table id).
 
     Returns:
         The files to read and, per top-level conjunct, the files it alone keeps.
 
     Raises:
         PredicateError: ``where`` does not parse or names an unknown column.
-        StatsIndexError: with ``index="stored"``: there is no index, it is behind the table, or it
-            is in a format this code does not read (a sync rebuilds it).
+        StatsIndexError: with ``index="stored"``: there is no index, it is behind the table, it
+            may be another table's, or it is in a format this code does not read (a sync rebuilds
+            it).
     """
     if index not in INDEX_READS:
         raise ValueError(f"index must be one of {', '.join(INDEX_READS)}, got {index!r}")
@@ -328,12 +331,14 @@ def prune(target: IndexSpec | LakeTable | str, where: str, *, index: str = "late
     if index != "stored":
         view = IndexView.latest(spec)
     else:
-        if not is_current(spec):
-            raise StatsIndexError(f"the index of {spec.table_uri} is behind the table; run `lakecluster index sync`")
-        stored = IndexView.stored(spec)
-        if stored is None:
-            raise StatsIndexError(f"no index under {spec.index_path}")
-        view = stored
+        store = store_for(spec)
+        manifest = store.manifest()
+        if manifest is None:
+            raise StatsIndexError(f"no index under {spec.index_path} (run `lakecluster index sync`)")
+        if why := stored_unusable(spec, manifest):
+            raise StatsIndexError(f"the stored index of {spec.table_uri} cannot answer: {why}; "
+                                  "run `lakecluster index sync`")  # fmt: skip
+        view = IndexView.stored(store, manifest)
     started = time.monotonic()
     result = _prune(view, where)
     metrics.INDEX_PRUNE_SECONDS.observe(time.monotonic() - started)

@@ -1,7 +1,9 @@
 """A Spark DataFrame over only the files ``prune`` kept.
 
-Partition columns are not stored in Delta data files: their values come back from the index
-(each partition column is indexed, its min is the partition value), one read per partition.
+Partition columns are not stored in Delta data files: their values come back from the stored
+index (each partition column is indexed, its min is the partition value), one read per partition.
+So the stored index must be the table's (``sync.identity``) and hold every candidate file: a
+result of ``prune`` built in memory, or with new files read from the log, is read after a sync.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakecluster.errors import StatsIndexError
 from lakecluster.index.encoding import decode_array
 from lakecluster.index.prune import PruneResult
 from lakecluster.index.spec import IndexSpec
-from lakecluster.index.sync import store_for
+from lakecluster.index.sync import identity, store_for
 from lakecluster.schema import spark_ddl, spark_sql_type
 from lakecluster.spark import read_data_files
 
@@ -25,7 +28,11 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
     pruning keeps whole files, so the frame still holds non-matching rows of those files."""
     store = store_for(spec)
     manifest = store.manifest()
-    assert manifest is not None
+    if manifest is None:
+        raise StatsIndexError(f"no index under {spec.index_path} (run `lakecluster index sync`)")
+    if why := identity(spec, manifest):  # its columns and partition values would be another table's
+        raise StatsIndexError(f"the stored index of {spec.table_uri} cannot be read: {why}; "
+                              "run `lakecluster index sync`")  # fmt: skip
     columns = manifest.columns()
     data_columns = tuple(c for c in columns if c.name not in manifest.partition_by)
     if result.files.num_rows == 0:
@@ -40,6 +47,10 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
         decoded = decode_array(by_name[p], rows["min"].combine_chunks())
         for f, v in zip(rows["file"].to_pylist(), decoded.to_pylist(), strict=True):
             values[f][p] = v
+    if manifest.partition_by and (absent := [f for f in candidates.to_pylist() if f not in values]):
+        raise StatsIndexError(f"{len(absent)} candidate file(s) (such as {absent[0]}) are not in the stored index "
+                              f"at version {manifest.delta_version}: prune with index='sync' (or run "
+                              "`lakecluster index sync`) before reading them")  # fmt: skip
     groups: dict[tuple, list[str]] = defaultdict(list)
     for f in candidates.to_pylist():
         groups[tuple(values[f].get(p) for p in manifest.partition_by)].append(f)

@@ -20,11 +20,13 @@ def show(spec: IndexSpec, column: str | None = None, limit: int = 20) -> dict[st
         file_info = store.fs.get_file_info(f"{store.root}/{name}")
         sizes[name] = int(file_info.size or 0)
     info: dict[str, Any] = {
-        "path": spec.index_path, "delta_version": manifest.delta_version, "indexed_columns": manifest.indexed,
+        "path": spec.index_path, "delta_version": manifest.delta_version, "table_id": manifest.table_id,
+        "indexed_columns": manifest.indexed,
         "partition_by": manifest.partition_by, "base": manifest.base, "segments": manifest.segments,
         "bytes": sum(sizes.values()),
     }  # fmt: skip
-    lines = [f"index {spec.index_path} at Delta version {manifest.delta_version}",
+    table = manifest.table_id or "none recorded (an older lakecluster wrote the index: the next sync rebuilds it)"
+    lines = [f"index {spec.index_path} at Delta version {manifest.delta_version}, table id {table}",
              f"  {len(manifest.indexed)} indexed column(s): {', '.join(manifest.indexed)}",
              f"  base {manifest.base} and {len(manifest.segments)} segment(s), {info['bytes']:,} bytes"]  # fmt: skip
     if column is not None:

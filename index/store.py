@@ -1,9 +1,11 @@
 """The index on storage: an LSM of Parquet files sorted by (column, file number), and a manifest.
 
 ``<index path>/manifest.json`` names its format, the Delta version the index reflects, the
-table's columns, the seed of the file numbers, the base file and the delta segments (oldest
-first). It is replaced atomically (locally: write a temporary file, then rename; on object
-stores: one PUT of the whole object): a reader sees either the old or the new index, never a mix.
+table it describes (Delta's table id and a stamp of the commit at that version, see
+``sync.identity``), the table's columns, the seed of the file numbers, the base file and the
+delta segments (oldest first). It is replaced atomically (locally: write a temporary file, then
+rename; on object stores: one PUT of the whole object): a reader sees either the old or the new
+index, never a mix.
 Every data file holds file rows (column ``""``: a file's path, partition and counts, once) and
 entries (a column's stats for a file, by its number), sorted by the key, and is written so that
 **no row group spans two columns**, with row-group statistics on the key: a reader of one column
@@ -62,7 +64,10 @@ from lakecluster.index.stats import (
 )
 from lakecluster.schema import ColumnSpec
 
-FORMAT = 2  # 1: entries keyed by path (before file numbers); read as unknown, rebuilt by a sync
+FORMAT = 3  # the format written: 2 without the table's id, 1 with entries keyed by path (before file numbers)
+# Formats read: a format-2 manifest (same data files, no table id) is read, but no reader trusts
+# it (``sync.identity``): the next sync rebuilds it. Format 1 is never read; a sync rebuilds it.
+READ_FORMATS = (2, FORMAT)
 MANIFEST = "manifest.json"
 GC_GRACE_S_DEFAULT = 3600.0  # index.gc_grace_s: how long unreferenced index files are kept
 _TMP = f".{MANIFEST}."  # prefix of temporary manifests (local and HDFS-like storage)
@@ -90,6 +95,11 @@ class Manifest:
     retired: dict[str, float] = field(default_factory=dict)
     fid_seed: int = 0  # the seed of the files' numbers (index/file_ids.py)
     format: int = FORMAT
+    # The Delta table the index describes: its id (``metaData.id``; None: written before it was
+    # recorded, format 2) and a hash of the start of its commit file at ``delta_version``
+    # (``log.commit_stamp``; None: that file was gone when the version was recorded).
+    table_id: str | None = None
+    commit_stamp: str | None = None
 
     def columns(self) -> tuple[ColumnSpec, ...]:
         return tuple(ColumnSpec(c["name"], c["type"]) for c in self.table_columns)
@@ -159,7 +169,7 @@ class IndexStore:
             raise StatsIndexError(f"index manifest under {self.path} is unreadable: {e}") from e
         if not isinstance(raw, dict):
             raise StatsIndexError(f"index manifest under {self.path} has an unknown format")
-        if raw.get("format") != FORMAT:
+        if raw.get("format") not in READ_FORMATS:
             # Format 1 (paths in every entry) or a newer one: never read with this code's rules.
             raise IndexFormatError(
                 f"the index under {self.path} is in format {raw.get('format')!r}, this lakecluster reads format "
@@ -204,7 +214,7 @@ class IndexStore:
         now = time.time()
         retired = self._retired(manifest, (based_on, current), now)
         retired.update({name: now for name in foreign if name not in manifest.files})
-        manifest = Manifest(**{**asdict(manifest), "retired": dict(sorted(retired.items()))})
+        manifest = Manifest(**{**asdict(manifest), "retired": dict(sorted(retired.items())), "format": FORMAT})
         self._write_manifest(manifest)
         self._pinned = manifest
         try:
@@ -541,13 +551,15 @@ class IndexStore:
         return self.publish(new, based_on=based_on, started=started)
 
     def append(self, rows: pa.Table, old: Manifest, version: int, max_segments: int, *,
-               started: float) -> Publication:  # fmt: skip
+               started: float, commit_stamp: str | None = None) -> Publication:  # fmt: skip
         """Publish a segment with ``rows`` (file rows, entries, tombstones) on top of ``old``,
-        read at ``started`` (``time.monotonic()``); then merge segments as :func:`merge_plan` says."""
+        read at ``started`` (``time.monotonic()``), at ``version`` (its commit's ``commit_stamp``);
+        then merge segments as :func:`merge_plan` says."""
         segments = list(old.segments)
         if rows.num_rows:
             segments.append(self.write(rows, "seg", version))
-        new = Manifest(**{**asdict(old), "delta_version": version, "segments": segments})
+        new = Manifest(**{**asdict(old), "delta_version": version, "segments": segments,
+                          "commit_stamp": commit_stamp})  # fmt: skip
         appended = self.publish(new, based_on=old, started=started)
         if not appended.published:
             return appended
@@ -746,8 +758,10 @@ def merge_plan(base_rows: int, segment_rows: Sequence[int], max_segments: int) -
 
 def _superseded(current: Manifest | None, new: Manifest, based_on: Manifest | None) -> str:
     """Why publishing ``new`` over ``current`` would be redundant ("" when it is not)."""
-    if current is None or current.fingerprint != new.fingerprint:
-        return ""  # no index, or one built with other settings: the new one replaces it
+    if current is None or current.fingerprint != new.fingerprint or current.table_id != new.table_id:
+        # No index, one built with other settings, or of another table (one deleted and created
+        # anew at the location, whose versions mean nothing here): the new one replaces it.
+        return ""
     if current.delta_version > new.delta_version:
         return f"the index is already at version {current.delta_version}"
     if current.delta_version == new.delta_version and based_on is not None and current.files != based_on.files:

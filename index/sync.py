@@ -4,9 +4,11 @@
 newline-delimited actions), nets out their adds and removes (stream appends and compaction
 rewrites alike) and appends one segment. It rebuilds from ``DeltaTable.get_add_actions`` instead
 when there is no index or it is unreadable, when it was built with other settings, when a commit
-changes the table's metadata (schema, partitioning), or when a commit the index needs is gone
-(a checkpoint made older JSON files expendable). Both paths encode stats with the same code
-(``stats.py``), so the incremental index equals a rebuild; the tests check exactly that.
+changes the table's metadata (schema, partitioning), when a commit the index needs is gone
+(a checkpoint made older JSON files expendable), or when the table is not the one the index was
+built from (:func:`identity`: a table deleted and created anew at the location numbers its
+versions from 0 again). Both paths encode stats with the same code (``stats.py``), so the
+incremental index equals a rebuild; the tests check exactly that.
 
 Syncs may run at once in several processes. A sync whose result another one already superseded
 does not publish it (``published`` is False); see ``store.py`` for what publication guarantees.
@@ -121,15 +123,27 @@ class Built:
 
 
 def build(spec: IndexSpec, *, seed: int = 0) -> Built:
-    """The index of the table's current snapshot, its files numbered from ``seed`` (read only)."""
+    """The index of the table's current snapshot, its files numbered from ``seed`` (read only).
+
+    Raises:
+        TableNotFoundError: there is no table.
+        StatsIndexError: the table was deleted and created anew while its snapshot was read.
+    """
+    delta = spec.table.delta
+    table_id = delta.table_id()
     version, columns, partition_by, indexed, actions = _snapshot(spec)
+    stamp = delta.commit_stamp(version)
+    if delta.table_id() != table_id:  # the snapshot and the stamp may be of two tables
+        raise StatsIndexError(f"the table at {spec.table_uri} was created anew while its index was built; "
+                              "sync again")  # fmt: skip
     seed, fids = distinct_seed(actions["path"], seed)
     nans = None
     if spec.nan_counts == "scan":
         nans = scan_nan_counts(spec.table.delta.fs, spec.table.delta.root, actions["path"].to_pylist(), indexed)
     parts = add_action_parts(actions, indexed, partition_by, seed, nans, fids=fids) if actions.num_rows else iter(())
     manifest = Manifest(version, [{"name": c.name, "type": c.type} for c in columns],
-                        [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed)  # fmt: skip
+                        [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed,
+                        table_id=table_id, commit_stamp=stamp)  # fmt: skip
     rows = actions.num_rows * (1 + len(indexed))  # a file row and an entry per indexed column, per file
     return Built(manifest, parts, rows, actions.num_rows)
 
@@ -181,20 +195,67 @@ def pending_commits(spec: IndexSpec, manifest: Manifest) -> list[list[dict]]:
     return spec.table.delta.commits_after(manifest.delta_version)
 
 
-def is_current(spec: IndexSpec) -> bool:
-    manifest = store_for(spec).manifest()
-    if manifest is None:
-        return False
+def identity(spec: IndexSpec, manifest: Manifest) -> str:
+    """Why the index under ``manifest`` may describe another table than the one at the location
+    now ("" when it is this table's).
+
+    A table deleted and created anew at the location (its ``_lakecluster`` folder kept, or the
+    index elsewhere) numbers its versions from 0 again, so the index's version alone says nothing.
+    The manifest records the table's id (Delta's ``metaData.id``) and a stamp of the commit file
+    at its version (``log.commit_stamp``). When the stamp agrees, that commit is the one the index
+    was synced to, so the log is: one small read, what every read of the stored index costs.
+    Otherwise (the file differs or is gone) the table's id is read (``DeltaLocation.table_id``:
+    the first commit, or the last checkpoint's ``metaData``) and compared. An index that records
+    no id (written before lakecluster recorded it) is never trusted: its next sync rebuilds it.
+
+    Raises:
+        TableNotFoundError: there is no table.
+    """
+    version = manifest.delta_version
+    if manifest.table_id is None:
+        return ("the index records no table id (an older lakecluster wrote it), so which table it describes "
+                "is unknown")  # fmt: skip
+    delta = spec.table.delta
+    stamp = delta.commit_stamp(version)
+    if stamp is not None and stamp == manifest.commit_stamp:
+        return ""
+    table_id = delta.table_id()
+    if table_id != manifest.table_id:
+        return (f"the table id changed from {manifest.table_id} (the index's) to {table_id}: the table was "
+                "created anew at this location")  # fmt: skip
+    if stamp is not None and manifest.commit_stamp is not None:
+        return f"the table's commit {version} is not the one the index was synced to"
+    if not delta.holds_version(version):
+        return f"the table's log has no version {version}, the index's"
+    return ""  # the same table, the commit file at the index's version cleaned up since
+
+
+def stored_unusable(spec: IndexSpec, manifest: Manifest) -> str:
+    """Why the stored index under ``manifest`` cannot answer for the table's latest version as it
+    is ("" when it can): another table's (:func:`identity`), or behind the table."""
+    why = identity(spec, manifest)
+    if why:
+        return why
     try:
-        return not pending_commits(spec, manifest)
-    except LogGap:
-        return False
+        commits = pending_commits(spec, manifest)
+    except LogGap as e:
+        return f"it is behind the table ({e})"
+    if commits:
+        return f"it is behind the table (at version {manifest.delta_version}, the table at a newer one)"
+    return ""
+
+
+def is_current(spec: IndexSpec) -> bool:
+    """Whether the stored index answers for the table's latest version as it is."""
+    manifest = store_for(spec).manifest()
+    return manifest is not None and not stored_unusable(spec, manifest)
 
 
 def sync(target: IndexSpec | LakeTable) -> SyncResult:
     """Bring the index to the table's latest version: the new commits' adds and removes as a
-    segment, or a rebuild when there is no index, it is unreadable, its settings changed, or a
-    commit it needs is gone from the log.
+    segment, or a rebuild when there is no index, it is unreadable, its settings changed, a
+    commit it needs is gone from the log, or it may be another table's (:func:`identity`: the
+    table was created anew at its location, or the index records no table id).
 
     Args:
         target: the index, or a table (then its configured index, ``IndexSpec.of``).
@@ -221,6 +282,7 @@ class Pending:
     rows: pa.Table
     files_added: int
     files_removed: int
+    commit_stamp: str | None  # of the commit at ``version`` (``log.commit_stamp``)
 
 
 class RebuildNeeded(StatsIndexError):
@@ -236,8 +298,9 @@ def pending(spec: IndexSpec, store: IndexStore) -> Pending:
     """The rows the stored index lacks, read from the commits after its version (nothing is written).
 
     Raises:
-        RebuildNeeded: there is no index, it is unreadable, it was built with other settings, a
-            commit it needs is gone or changed the table's metadata, or a new file's number clashes.
+        RebuildNeeded: there is no index, it is unreadable, it was built with other settings or
+            for another table (:func:`identity`), a commit it needs is gone or changed the table's
+            metadata, or a new file's number clashes.
     """
     try:
         manifest = store.manifest()
@@ -247,6 +310,8 @@ def pending(spec: IndexSpec, store: IndexStore) -> Pending:
         raise RebuildNeeded("no index yet")
     if manifest.fingerprint != spec.fingerprint():
         raise RebuildNeeded("index settings changed")
+    if why := identity(spec, manifest):
+        raise RebuildNeeded(why)
     try:
         commits = pending_commits(spec, manifest)
         changes = NetChanges.of(commits)
@@ -255,10 +320,13 @@ def pending(spec: IndexSpec, store: IndexStore) -> Pending:
     except (ValueError, KeyError) as e:
         raise RebuildNeeded(f"a commit could not be read: {e}") from None
     if not commits:
-        if not spec.table.delta.holds_version(manifest.delta_version):
-            raise RebuildNeeded(f"the table's log has no version {manifest.delta_version}, the index's (the "
-                                "table was created anew at this location)")  # fmt: skip
-        return Pending(manifest, manifest.delta_version, pa.table({}), 0, 0)
+        return Pending(manifest, manifest.delta_version, pa.table({}), 0, 0, manifest.commit_stamp)
+    version = manifest.delta_version + len(commits)
+    stamp = spec.table.delta.commit_stamp(version)
+    # Checked again after the commits were read: a table created anew meanwhile would have
+    # passed its commits off as this one's (and the stamp just read is of the same log).
+    if why := identity(spec, manifest):
+        raise RebuildNeeded(why)
     indexed = manifest.indexed_columns()
     added, removed = changes.added, changes.removed
     partition_names = set(manifest.partition_by)
@@ -278,7 +346,7 @@ def pending(spec: IndexSpec, store: IndexStore) -> Pending:
         raise RebuildNeeded(clash, seed=manifest.fid_seed + 1)
     dead = tombstones(_removed_keys(removed, manifest), manifest.fid_seed)
     rows = pa.concat_tables([adds, dead])
-    return Pending(manifest, manifest.delta_version + len(commits), rows, len(added), len(removed))
+    return Pending(manifest, version, rows, len(added), len(removed), stamp)
 
 
 def _sync(spec: IndexSpec) -> SyncResult:
@@ -293,7 +361,8 @@ def _sync(spec: IndexSpec) -> SyncResult:
         return SyncResult("current", manifest.delta_version, manifest.delta_version, 0, 0,
                           time.monotonic() - started)  # fmt: skip
     try:
-        published = store.append(lacking.rows, manifest, lacking.version, spec.max_segments, started=started)
+        published = store.append(lacking.rows, manifest, lacking.version, spec.max_segments, started=started,
+                                 commit_stamp=lacking.commit_stamp)  # fmt: skip
     except IndexFilesMissing as e:
         return rebuild(spec, str(e))
     return SyncResult("incremental", manifest.delta_version, lacking.version, lacking.files_added,

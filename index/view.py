@@ -4,9 +4,9 @@ A sync brings the stored index up to date by appending the rows of the commits a
 (``sync.pending``). A read-only reader (``lakecluster explain``) computes the same rows and lays
 them over the stored index in memory instead: per file number the pending row wins, a pending
 tombstone hides the file. When a sync would rebuild the index (none yet, other settings, a commit
-gone from the log), the view holds the rows a rebuild would write (``sync.build``), in memory:
-the answer is the one a sync followed by a read would give, and the table's directory stays as
-it was.
+gone from the log, an index that may be another table's: ``sync.identity``), the view holds the
+rows a rebuild would write (``sync.build``), in memory: the answer is the one a sync followed by a
+read would give, and the table's directory stays as it was.
 """
 
 from __future__ import annotations
@@ -38,12 +38,9 @@ class IndexView:
     rebuilt: str = ""  # why the whole index was built in memory ("" when the stored one was used)
 
     @classmethod
-    def stored(cls, spec: IndexSpec) -> IndexView | None:
-        """The stored index as it is (None when there is none)."""
-        store = store_for(spec)
-        manifest = store.manifest()
-        if manifest is None:
-            return None
+    def stored(cls, store: IndexStore, manifest: Manifest) -> IndexView:
+        """The stored index as it is, under ``manifest`` (the caller checked it is the table's and
+        current: ``sync.stored_unusable``)."""
         return cls(manifest, store, ROW_SCHEMA.empty_table(), manifest.delta_version, 0)
 
     @classmethod

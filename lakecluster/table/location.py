@@ -147,6 +147,24 @@ class DeltaLocation:
         checkpoint = log.last_checkpoint(self.fs, self.log_dir)
         return checkpoint is not None and checkpoint >= version
 
+    def table_id(self) -> str:
+        """The table's id (Delta's ``metaData.id``, fixed when the table was created; a table
+        deleted and created anew at this location has another): from the first commit or the
+        last checkpoint (``snapshot.read_table_id``), through delta-rs for a log that reader does
+        not read.
+
+        Raises:
+            TableNotFoundError: there is no Delta table at the location.
+        """
+        try:
+            return snapshot.read_table_id(self.fs, self.log_dir)
+        except snapshot.Unsupported:
+            return str(self.open().metadata().id)
+
+    def commit_stamp(self, version: int) -> str | None:
+        """A hash of the start of commit ``version``'s file (``log.commit_stamp``); None when it is gone."""
+        return log.commit_stamp(self.fs, self.log_dir, version)
+
     def latest_version(self) -> int | None:
         """The newest version in the log (None: no table): from the last checkpoint, the commits
         after it probed one by one; no snapshot is read."""

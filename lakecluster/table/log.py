@@ -12,6 +12,7 @@ The functions here take the filesystem and the ``_delta_log`` directory; a table
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,10 +43,17 @@ def commit_info(fs: Any, log_dir: str, version: int, chunk: int = 1 << 16) -> di
     Reads the file only up to that action: writers put it first, and a commit of many files can
     be large.
     """
+    return first_action(fs, log_dir, version, "commitInfo", chunk)
+
+
+def first_action(fs: Any, log_dir: str, version: int, kind: str, chunk: int = 1 << 16) -> dict | None:
+    """The first action of ``kind`` (``commitInfo``, ``metaData``...) in commit ``version``, None
+    when the file or the action is missing; the file is read only up to that action."""
     try:
         stream = fs.open_input_stream(f"{log_dir}/{version:020d}.json")
     except FileNotFoundError:
         return None
+    key = f'"{kind}"'.encode()
     with stream:
         pending = b""
         while True:
@@ -53,12 +61,31 @@ def commit_info(fs: Any, log_dir: str, version: int, chunk: int = 1 << 16) -> di
             lines = (pending + data).split(b"\n")
             pending = lines.pop() if data else b""
             for line in lines:
-                if b'"commitInfo"' in line:
-                    info = json.loads(line).get("commitInfo")
-                    if isinstance(info, dict):
-                        return info
+                if key in line:
+                    action = json.loads(line).get(kind)
+                    if isinstance(action, dict):
+                        return action
             if not data:
                 return None
+
+
+STAMP_BYTES = 1 << 16
+
+
+def commit_stamp(fs: Any, log_dir: str, version: int) -> str | None:
+    """A hash of the start (up to 64 KiB) of commit ``version``'s file, None when it is gone.
+
+    A commit file is never rewritten, and its start holds what no other table's commit of that
+    number holds (its ``commitInfo`` timestamp, or data file names with random UUIDs): a state
+    recorded at a version (the index's) is the log's at that version as long as the stamps agree.
+    One small read, whatever the size of the commit or the table.
+    """
+    try:
+        with fs.open_input_stream(f"{log_dir}/{version:020d}.json") as f:
+            head = f.read(STAMP_BYTES)
+    except FileNotFoundError:
+        return None
+    return hashlib.blake2b(head, digest_size=16).hexdigest()
 
 
 def last_checkpoint(fs: Any, log_dir: str) -> int | None:

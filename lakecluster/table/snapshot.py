@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from lakecluster.log_stats import partition_array, typed_stat
 from lakecluster.schema import ColumnSpec, arrow_type
-from lakecluster.table.log import NetChanges, commits_after
+from lakecluster.table.log import NetChanges, commits_after, first_action
 
 BATCH_ROWS = 65_536
 
@@ -111,6 +111,38 @@ def read_metadata(fs: Any, log_dir: str) -> Metadata:
         return _log_state(fs, log_dir)[2]
     except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
         raise Unsupported(f"the log could not be read this way: {e}") from e
+
+
+def read_table_id(fs: Any, log_dir: str) -> str:
+    """The table's id (``metaData.id``, a UUID fixed when the table was created): from the first
+    commit while the log has it (read only up to its ``metaData`` action), else from the last
+    checkpoint (only its ``metaData.id`` column, row groups holding none skipped by their footer
+    statistics). Small reads: never the commits after the checkpoint, never its add actions.
+
+    Raises:
+        Unsupported: neither holds it (a V2 checkpoint, a log without ``_last_checkpoint``...).
+    """
+    try:
+        first = first_action(fs, log_dir, 0, "metaData")
+        if first is not None and isinstance(first.get("id"), str):
+            return first["id"]
+        checkpoint, parts = _last_checkpoint(fs, log_dir)
+        for name in parts:
+            pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
+            md = pf.metadata
+            at = [i for i in range(md.num_columns) if md.schema.column(i).path == "metaData.id"]
+            for g in range(md.num_row_groups if at else 0):
+                st = md.row_group(g).column(at[0]).statistics
+                if st is not None and st.has_null_count and st.null_count == md.row_group(g).num_rows:
+                    continue
+                ids = pc.struct_field(pf.read_row_group(g, columns=["metaData.id"]).column("metaData"), "id")
+                ids = ids.filter(pc.is_valid(ids))
+                if len(ids):
+                    return str(ids[0].as_py())
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
+        raise Unsupported(f"the table id could not be read this way: {e}") from e
+    where = f"checkpoint {checkpoint}" if parts else "no checkpoint"
+    raise Unsupported(f"no table id in the first commit (gone, or without one) nor the last checkpoint ({where})")
 
 
 def _log_state(fs: Any, log_dir: str) -> tuple[list[str], list[list[dict]], Metadata]:
