@@ -8,7 +8,9 @@
   captured workload as ``tune --from-workload`` does and shows the best (metrics, one log line
   when it changes, ``recommendation.json`` for ``lakecluster status``); it changes nothing;
 * ``apply``: it also adopts the best layout with the table's partitioning when (1) it reads at
-  least ``auto_layout_min_gain`` fewer files per captured scan than the layout in effect, (2) the
+  least ``auto_layout_min_gain`` fewer files per captured scan than the layout in effect, in
+  ``auto_layout_confirmations`` scorings in a row (one scoring's winner can be the noise of a few
+  recent queries; a layout change costs a re-cluster), (2) the
   rolling byte budget of re-clustering (``rewrite_budget_bytes_per_day`` per
   ``rewrite_budget_window_s``, default half the table's bytes per 24 h) has room for the
   re-cluster's first group, and (3) no earlier adoption still has files to re-cluster, unless the
@@ -242,6 +244,7 @@ class AutoLayout:
         self.priority: dict[str, float] = {}  # per file path: captured scans its stats can match
         self.last: Evaluation | None = None
         self._shown: tuple | None = None  # the recommendation last logged
+        self._streak: tuple[tuple, int] = ((), 0)  # the layout past the gain and in how many scorings in a row
         self.budget_paused = False
 
     # -- when ------------------------------------------------------------------------------
@@ -355,8 +358,15 @@ class AutoLayout:
         if cfg.auto_layout != "apply":
             return f"advise only (compaction.auto_layout = {cfg.auto_layout!r}): nothing adopted"
         if result.gain < cfg.auto_layout_min_gain:
+            self._streak = ((), 0)
             return (f"not adopted: {result.gain:.0%} fewer files read per scan, below compaction.auto_layout_min_gain "
                     f"({cfg.auto_layout_min_gain:.0%})")  # fmt: skip
+        key = (best.candidate.clustering_columns, best.candidate.weights)
+        seen = self._streak[1] + 1 if self._streak[0] == key else 1
+        self._streak = (key, seen)
+        if seen < cfg.auto_layout_confirmations:
+            return (f"not adopted yet: {result.gain:.0%} fewer files read per scan in {seen} scoring(s) in a row, "
+                    f"of the {cfg.auto_layout_confirmations} compaction.auto_layout_confirmations asks")  # fmt: skip
         left_over = pending(live, fingerprint_of(config))
         needed = supersede_gain(cfg.auto_layout_min_gain)
         if adoption is not None and len(left_over) and result.gain < needed:
@@ -388,6 +398,7 @@ class AutoLayout:
                                    "scans": result.scans, "recluster_bytes": result.recluster_bytes},
                         by=f"{socket.gethostname()}:{os.getpid()}")  # fmt: skip
         winner, won = self.store.adopt(mine)
+        self._streak = ((), 0)
         if not won:
             return f"not adopted: another compactor adopted layout {winner.number} at the same moment; following it"
         result.adopted = winner.number

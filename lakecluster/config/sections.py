@@ -180,6 +180,7 @@ class CompactionConfig:
     auto_layout: Literal["off", "advise", "apply"] = "advise"
     auto_layout_partitioning: bool = False
     auto_layout_min_gain: float = 0.2
+    auto_layout_confirmations: int = 2  # scorings in a row that must agree on the layout adopted
     auto_layout_min_scans: int = 100
     auto_layout_min_span_s: float = 3600.0
     auto_layout_window_s: float = 7 * 86_400.0  # the captured scans scored: the last week's

@@ -200,7 +200,8 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
     if not 0 < c.auto_layout_min_gain <= 1:
         raise ConfigError("compaction.auto_layout_min_gain", "must be > 0 and <= 1 (0.2: 20 % fewer files read), "
                           f"got {c.auto_layout_min_gain}")  # fmt: skip
-    for key in ("auto_layout_min_scans", "auto_layout_interval_s", "auto_layout_window_s", "auto_layout_sample_rows",
+    for key in ("auto_layout_min_scans", "auto_layout_confirmations",
+                "auto_layout_interval_s", "auto_layout_window_s", "auto_layout_sample_rows",
                 "rewrite_budget_bytes_per_day", "rewrite_budget_window_s"):  # fmt: skip
         _positive(f"compaction.{key}", getattr(c, key))
     for key in ("auto_layout_min_span_s", "auto_layout_half_life_s"):

@@ -54,7 +54,7 @@ def _config(table: Path, **settings: str) -> Config:
     # started on it goes on where the fill stopped.
     return generator_config(table, rows=ROWS, per_batch=3_000, **{
         "table.partition_by": "[]", "stream.id": '"orders"', "vacuum.interval_s": "0",
-        "compaction.auto_layout_sample_rows": "5000",
+        "compaction.auto_layout_sample_rows": "5000", "compaction.auto_layout_confirmations": "1",
         **settings})  # fmt: skip
 
 
@@ -255,6 +255,29 @@ def test_the_budget_counts_the_re_cluster_over_its_window(spark, filled, tmp_pat
     assert compactor.auto.budget(compactor.config, files, version, now=later)["used"] == used
     short = replace(compactor.config, compaction=replace(compactor.config.compaction, rewrite_budget_window_s=1800.0))
     assert compactor.auto.budget(short, files, version, now=later)["used"] == 0
+
+
+def test_apply_adopts_only_a_layout_the_scorings_agree_on_in_a_row(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    config = _table(spark, filled, tmp_path, **{"compaction.auto_layout": '"apply"',
+                                                "compaction.auto_layout_confirmations": "2"})  # fmt: skip
+    store = AdoptionStore(LakeTable(config))
+    compactor = Compactor(config, spark=spark)
+    compactor.layout_loop()
+    first = compactor.auto.last
+    assert first is not None and first.gain >= 0.2 and first.adopted is None and store.latest() is None
+    assert first.decision.startswith("not adopted yet: ") and "in 1 scoring(s) in a row, of the 2" in first.decision
+    # A scoring whose best layout falls short of the gain breaks the streak.
+    picky = replace(config, compaction=replace(config.compaction, auto_layout_min_gain=0.99))
+    compactor.auto.evaluate(picky, None, *_live(picky))
+    compactor.auto.last_time = None
+    compactor.layout_loop()
+    assert compactor.auto.last.adopted is None and "in 1 scoring(s) in a row" in compactor.auto.last.decision  # type: ignore[union-attr]
+    # The same best layout again, right after: adopted.
+    compactor.auto.last_time = None
+    compactor.layout_loop()
+    adopted = store.latest()
+    assert compactor.auto.last.adopted == 1 and adopted is not None  # type: ignore[union-attr]
+    assert list(adopted.clustering_columns) == first.adoptable["clustering_columns"]  # type: ignore[index]
 
 
 def test_status_measures_the_clustering_depth_on_the_layout_in_effect(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
