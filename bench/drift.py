@@ -74,11 +74,14 @@ def apply_settings(round_s: float, in_bytes: int) -> dict[str, Any]:
       or fourth round, as if it took minutes an hour);
     - the re-cluster's budget: the whole input's bytes per ``BUDGET_ROUNDS`` rounds, about twice
       the table a day (the default, half the table a day, would re-cluster the table in two days:
-      past the end of the run). Its write amplification is reported beside the result."""
+      past the end of the run). Its write amplification is reported beside the result. The budget
+      is set per day of the clock and applied per window (``rewrite_budget_window_s``): a window
+      of ``BUDGET_ROUNDS`` rounds is ``BUDGET_ROUNDS * round_s`` seconds of the clock."""
+    window = BUDGET_ROUNDS * round_s
     return {"auto_layout": "apply", "auto_layout_interval_s": 0.8 * round_s, "auto_layout_min_span_s": round_s,
             "auto_layout_window_s": WINDOW_ROUNDS * round_s, "auto_layout_half_life_s": HALF_LIFE_ROUNDS * round_s,
-            "auto_layout_max_cost_share": 0.5, "rewrite_budget_bytes_per_day": in_bytes,
-            "rewrite_budget_window_s": BUDGET_ROUNDS * round_s}  # fmt: skip
+            "auto_layout_max_cost_share": 0.5, "rewrite_budget_bytes_per_day": int(in_bytes * 86_400 / window),
+            "rewrite_budget_window_s": window}  # fmt: skip
 
 
 # -- the workload ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,8 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
     since = config.compaction.auto_layout_window_s if since_s is None else since_s
     capture = read_capture(lake, config.workload, since_s=since)
     captured = captured_queries(capture.scans, [c.name for c in config.table.columns],
-                                half_life_s=config.compaction.auto_layout_half_life_s)  # fmt: skip
+                                half_life_s=config.compaction.auto_layout_half_life_s,
+                                now_ms=time.time() * 1000)  # fmt: skip
     queries = [c.query for c in captured]
     source = {"workload": f"captured workload of the last {human_duration(since)} ({lake.paths.workload})",
               "from_workload": True, "since_s": since, "half_life_s": config.compaction.auto_layout_half_life_s,

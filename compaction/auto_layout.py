@@ -66,6 +66,7 @@ from lakecluster.table import DeltaLocation, LakeTable, parse_user_metadata
 log = logging.getLogger(__name__)
 
 PARALLEL_READS = 16  # commit files the budget's ledger reads at once
+DAY_S = 86_400.0
 
 
 def clusters_data_columns(config: Config, adoption: Adoption) -> bool:
@@ -148,9 +149,13 @@ class RewriteLedger:
         self.location = location
         self._seen: dict[int, tuple[float, int]] = {}  # version -> (commit time s, re-clustered bytes)
         self._top = -1  # every version from the first one read up to this is in _seen (or out of the window)
+        self._since = float("inf")  # the oldest commit time _seen covers: older ones were dropped or never read
 
     def used(self, latest: int, since: float) -> int:
         """Re-clustered bytes committed at or after ``since`` (epoch seconds), up to ``latest``."""
+        if since < self._since:  # a wider window than the one read (the window was raised): read it again
+            self._seen, self._top = {}, -1
+        self._since = since
         if self._top < 0:
             version = latest
             while version >= 0:  # backwards, in parallel pages, until a commit older than the window
@@ -179,8 +184,9 @@ class RewriteLedger:
                 more = False
                 continue
             meta = parse_user_metadata(info.get("userMetadata")) or {}
-            removed = [int(a["remove"].get("size") or 0) for a in actions if "remove" in a]
-            self._seen[version] = (stamp, sum(removed) if meta.get("adoption") else 0)
+            if meta.get("adoption"):  # only the re-cluster's commits are kept: the others count nothing
+                removed = [int(a["remove"].get("size") or 0) for a in actions if "remove" in a]
+                self._seen[version] = (stamp, sum(removed))
         return more
 
 
@@ -244,7 +250,10 @@ class AutoLayout:
         self.priority: dict[str, float] = {}  # per file path: captured scans its stats can match
         self.last: Evaluation | None = None
         self._shown: tuple | None = None  # the recommendation last logged
-        self._streak: tuple[tuple, int] = ((), 0)  # the layout past the gain and in how many scorings in a row
+        # The columns past the gain (and the adoption they were scored against) and in how many
+        # scorings in a row; any other outcome of a scoring ends the streak.
+        self._streak: tuple[tuple, int] = ((), 0)
+        self._passed = False
         self.budget_paused = False
 
     # -- when ------------------------------------------------------------------------------
@@ -268,11 +277,15 @@ class AutoLayout:
     # -- the budget ------------------------------------------------------------------------
 
     def budget(self, config: Config, live: pa.Table, version: int, now: float | None = None) -> dict[str, int]:
-        """{limit, used, left} of the re-clustering's rolling byte budget."""
+        """{limit, used, left} of the re-clustering's rolling byte budget: the bytes per day
+        (``rewrite_budget_bytes_per_day``, default half the table's) times the share of a day its
+        window (``rewrite_budget_window_s``) is, so a shorter window paces the same daily rate."""
         now = time.time() if now is None else now
+        cfg = config.compaction
         table_bytes = int(pc.sum(live["size"]).as_py() or 0)
-        limit = config.compaction.rewrite_budget_bytes_per_day or table_bytes // 2
-        used = self.ledger.used(version, now - config.compaction.rewrite_budget_window_s)
+        per_day = cfg.rewrite_budget_bytes_per_day or table_bytes // 2
+        limit = max(1, int(per_day * cfg.rewrite_budget_window_s / DAY_S))
+        used = self.ledger.used(version, now - cfg.rewrite_budget_window_s)
         metrics.RELAYOUT_BUDGET_BYTES.set(limit)
         metrics.RELAYOUT_BUDGET_USED.set(used)
         return {"limit": limit, "used": used, "left": max(0, limit - used)}
@@ -311,9 +324,12 @@ class AutoLayout:
         started = time.monotonic()
         cfg = config.compaction
         result = Evaluation(time.time(), cfg.auto_layout)
+        self._passed = False
         try:
             self._score(config, adoption, live, version, result)
         finally:
+            if not self._passed:
+                self._streak = ((), 0)
             result.seconds = round(time.monotonic() - started, 3)
             self.last_cost, self.last_time = result.seconds, time.monotonic()
             self.last = result
@@ -327,7 +343,8 @@ class AutoLayout:
         cfg, t = config.compaction, config.table
         # The recent workload only: a query mix that changed weeks ago must not outvote today's.
         capture = read_capture(self.table, config.workload, since_s=cfg.auto_layout_window_s)
-        captured = captured_queries(capture.scans, [c.name for c in t.columns], half_life_s=cfg.auto_layout_half_life_s)
+        captured = captured_queries(capture.scans, [c.name for c in t.columns], half_life_s=cfg.auto_layout_half_life_s,
+                                    now_ms=result.time * 1000)  # fmt: skip
         result.scans, result.queries = len(capture.scans), len(captured)
         withheld = too_little(capture, captured, cfg)
         if withheld is not None:
@@ -358,12 +375,13 @@ class AutoLayout:
         if cfg.auto_layout != "apply":
             return f"advise only (compaction.auto_layout = {cfg.auto_layout!r}): nothing adopted"
         if result.gain < cfg.auto_layout_min_gain:
-            self._streak = ((), 0)
             return (f"not adopted: {result.gain:.0%} fewer files read per scan, below compaction.auto_layout_min_gain "
                     f"({cfg.auto_layout_min_gain:.0%})")  # fmt: skip
-        key = (best.candidate.clustering_columns, best.candidate.weights)
+        # The columns, not the weights: weights found on a sample of a changing table vary between
+        # scorings of the same workload; the latest scoring's are the ones adopted.
+        key = (adoption.id if adoption is not None else None, best.candidate.clustering_columns)
         seen = self._streak[1] + 1 if self._streak[0] == key else 1
-        self._streak = (key, seen)
+        self._streak, self._passed = (key, seen), True
         if seen < cfg.auto_layout_confirmations:
             return (f"not adopted yet: {result.gain:.0%} fewer files read per scan in {seen} scoring(s) in a row, "
                     f"of the {cfg.auto_layout_confirmations} compaction.auto_layout_confirmations asks")  # fmt: skip

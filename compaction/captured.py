@@ -56,13 +56,15 @@ class CapturedQuery:
         return self.scans * (self.mean_files_read or 0.0)
 
 
-def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str], *,
-                     half_life_s: float = 0.0) -> list[CapturedQuery]:  # fmt: skip
+def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str], *, half_life_s: float = 0.0,
+                     now_ms: float | None = None) -> list[CapturedQuery]:  # fmt: skip
     """Distinct queries of the scans, the costliest now first (then the most frequent).
 
     Each query's weight is the sum over its scans of ``0.5 ** (age / half_life_s)``, the age
     counted back from the newest scan (only the weights' ratios matter, and the newest scan weighing
-    1 keeps them from underflowing); ``half_life_s`` 0: every scan weighs 1. Predicates on a
+    1 keeps them from underflowing), or from ``now_ms`` when that is earlier: a reader whose clock
+    runs ahead must not make the rest of the workload old; a scan "from the future" weighs 1, as
+    a fresh one. ``half_life_s`` 0: every scan weighs 1. Predicates on a
     column the table does not have (renamed, dropped) are left out, as a workload file's line
     would be refused.
     """
@@ -71,7 +73,9 @@ def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str], *,
     for scan in scans:
         key = tuple(sorted((p for p in scan.predicates if p.column in known), key=lambda p: p.column))
         groups.setdefault(key, []).append(scan)
-    newest = max((s.time_ms for s in scans), default=0)
+    newest: float = max((s.time_ms for s in scans), default=0)
+    if now_ms is not None:
+        newest = min(newest, now_ms)
     out = []
     for predicates, members in groups.items():
         text = describe(predicates)

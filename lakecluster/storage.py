@@ -202,14 +202,28 @@ def create_if_absent(uri: str, data: bytes, storage: StorageConfig) -> bool:
         try:
             obstore.put(store, key, data, mode="create")
             return True
-        except AlreadyExistsError:
-            return False
+        except AlreadyExistsError as e:
+            # object_store reports AWS's 409 (a conflicting request in flight) as AlreadyExists too;
+            # only the 412 of the condition means the key exists. A 409 asks for a retry.
+            if not _conflict(e):
+                return False
+            if attempt >= _CONFLICT_TRIES:
+                raise OSError(f"{uri}: conditional create (If-None-Match: *) kept meeting a conflicting "
+                              f"request: {e}") from e  # fmt: skip
+            time.sleep(0.1 * attempt)
+            attempt += 1
         except BaseError as e:  # obstore's errors are not OSErrors; callers of storage expect one
-            if attempt < _CONFLICT_TRIES and "409 Conflict" in str(e):
+            if attempt < _CONFLICT_TRIES and _conflict(e):
                 time.sleep(0.1 * attempt)
                 attempt += 1
                 continue
             raise OSError(f"{uri}: conditional create (If-None-Match: *) failed: {e}") from e
+
+
+def _conflict(error: Exception) -> bool:
+    """Whether an S3 answer was 409 Conflict (``ConditionalRequestConflict``), not 412."""
+    text = str(error)  # "... status 409 Conflict ..." (a key may hold the digits 409: not enough)
+    return "409 Conflict" in text or "ConditionalRequestConflict" in text
 
 
 def _link_if_absent(path: str, data: bytes) -> bool:

@@ -254,7 +254,13 @@ def test_the_budget_counts_the_re_cluster_over_its_window(spark, filled, tmp_pat
     later = time.time() + 3600
     assert compactor.auto.budget(compactor.config, files, version, now=later)["used"] == used
     short = replace(compactor.config, compaction=replace(compactor.config.compaction, rewrite_budget_window_s=1800.0))
-    assert compactor.auto.budget(short, files, version, now=later)["used"] == 0
+    narrow = compactor.auto.budget(short, files, version, now=later)
+    assert narrow["used"] == 0
+    # The budget is per day: a window of half an hour allows a 48th of it.
+    day = compactor.auto.budget(compactor.config, files, version, now=later)
+    assert abs(narrow["limit"] - day["limit"] / 48) <= 1
+    # The window widened again (a configuration reload): the re-cluster's bytes count again.
+    assert day["used"] == used
 
 
 def test_apply_adopts_only_a_layout_the_scorings_agree_on_in_a_row(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -266,12 +272,14 @@ def test_apply_adopts_only_a_layout_the_scorings_agree_on_in_a_row(spark, filled
     first = compactor.auto.last
     assert first is not None and first.gain >= 0.2 and first.adopted is None and store.latest() is None
     assert first.decision.startswith("not adopted yet: ") and "in 1 scoring(s) in a row, of the 2" in first.decision
-    # A scoring whose best layout falls short of the gain breaks the streak.
-    picky = replace(config, compaction=replace(config.compaction, auto_layout_min_gain=0.99))
-    compactor.auto.evaluate(picky, None, *_live(picky))
-    compactor.auto.last_time = None
-    compactor.layout_loop()
-    assert compactor.auto.last.adopted is None and "in 1 scoring(s) in a row" in compactor.auto.last.decision  # type: ignore[union-attr]
+    # A scoring whose best layout falls short of the gain breaks the streak, and so does one that
+    # ends otherwise (here: advise only).
+    for other in (replace(config, compaction=replace(config.compaction, auto_layout_min_gain=0.99)),
+                  replace(config, compaction=replace(config.compaction, auto_layout="advise"))):  # fmt: skip
+        compactor.auto.evaluate(other, None, *_live(other))
+        compactor.auto.last_time = None
+        compactor.layout_loop()
+        assert compactor.auto.last.adopted is None and "in 1 scoring(s) in a row" in compactor.auto.last.decision  # type: ignore[union-attr]
     # The same best layout again, right after: adopted.
     compactor.auto.last_time = None
     compactor.layout_loop()

@@ -105,3 +105,14 @@ def test_scans_weigh_less_with_age_so_a_changed_mix_counts_as_the_new_one(tmp_pa
     assert decayed["q BETWEEN 10 AND 20"] > 3 * decayed["c_city = 'A'"]
     # Scans keep their count: the guardrails (auto_layout_min_scans) count scans, not weight.
     assert sorted(q.scans for q in captured_queries(capture.scans, ["c_city", "q"], half_life_s=7200)) == [8, 48]
+
+
+def test_a_reader_whose_clock_runs_ahead_does_not_make_the_workload_old(tmp_path: Path) -> None:
+    hour = 3_600_000
+    today = [record(NOW - hour + i * 60_000, i, filters=[{**CITY, "value": "A"}]) for i in range(50)]
+    ahead = [record(NOW + 10 * 24 * hour, 999, filters=QTY)]  # a driver's clock 10 days ahead
+    capture = _capture(tmp_path, today + ahead)
+    weights = {q.query.text: q.query.weight for q in
+               captured_queries(capture.scans, ["c_city", "q"], half_life_s=86_400, now_ms=NOW)}  # fmt: skip
+    # Ages are counted from now, not from the scan ahead of it: today's 50 scans weigh almost 50.
+    assert weights["c_city = 'A'"] > 49 and weights["q BETWEEN 10 AND 20"] == 1.0
