@@ -178,9 +178,9 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
     config = lake.config
     since = config.compaction.auto_layout_window_s if since_s is None else since_s
     capture = read_capture(lake, config.workload, since_s=since)
+    now_ms = time.time() * 1000
     captured = captured_queries(capture.scans, [c.name for c in config.table.columns],
-                                half_life_s=config.compaction.auto_layout_half_life_s,
-                                now_ms=time.time() * 1000)  # fmt: skip
+                                half_life_s=config.compaction.auto_layout_half_life_s, now_ms=now_ms)  # fmt: skip
     queries = [c.query for c in captured]
     source = {"workload": f"captured workload of the last {human_duration(since)} ({lake.paths.workload})",
               "from_workload": True, "since_s": since, "half_life_s": config.compaction.auto_layout_half_life_s,
@@ -188,7 +188,7 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
               "capture_files": capture.files, "skipped": capture.skipped,
               "first_scan": iso_ms(capture.scans[0].time_ms) if capture.scans else None,
               "last_scan": iso_ms(capture.scans[-1].time_ms) if capture.scans else None}  # fmt: skip
-    withheld = too_little(capture, captured, config.compaction)
+    withheld = too_little(capture, captured, config.compaction, now_ms=now_ms)
     if withheld is not None:
         return {**source, "table": lake.uri, "recommended": None, "no_recommendation": withheld, "candidates": [],
                 "current": None, "query_text": [q.text for q in queries], "shapes": _shapes(captured, None, None)}

@@ -346,7 +346,7 @@ class AutoLayout:
         captured = captured_queries(capture.scans, [c.name for c in t.columns], half_life_s=cfg.auto_layout_half_life_s,
                                     now_ms=result.time * 1000)  # fmt: skip
         result.scans, result.queries = len(capture.scans), len(captured)
-        withheld = too_little(capture, captured, cfg)
+        withheld = too_little(capture, captured, cfg, now_ms=result.time * 1000)
         if withheld is not None:
             result.decision = withheld
             return

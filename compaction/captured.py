@@ -14,7 +14,8 @@ the ones it serves well. They rank the queries by what they cost now (scans x fi
 scan) and calibrate the model: per query, the files it read against the files the model predicts
 under the current layout.
 
-Too little to decide: fewer scans than ``compaction.auto_layout_min_scans``, a capture spanning
+Too little to decide: fewer scans than ``compaction.auto_layout_min_scans`` (or recency-weighted
+scans worth fewer than half that many equally weighted ones), a capture spanning
 less than ``compaction.auto_layout_min_span_s``, or no scan filtering on a column of the table.
 """
 
@@ -73,18 +74,12 @@ def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str], *, h
     for scan in scans:
         key = tuple(sorted((p for p in scan.predicates if p.column in known), key=lambda p: p.column))
         groups.setdefault(key, []).append(scan)
-    newest: float = max((s.time_ms for s in scans), default=0)
-    if now_ms is not None:
-        newest = min(newest, now_ms)
+    newest = _anchor(scans, now_ms)
     out = []
     for predicates, members in groups.items():
         text = describe(predicates)
         reads = tuple(s.files_read for s in members if s.files_read is not None)
-        if half_life_s > 0:
-            ages = np.maximum(0, newest - np.array([s.time_ms for s in members], dtype=np.float64)) / 1000
-            weight = float(np.exp2(-ages / half_life_s).sum())
-        else:
-            weight = float(len(members))
+        weight = float(scan_weights(members, half_life_s, newest).sum())
         out.append(CapturedQuery(Query(0, text, predicates, weight=weight), len(members), reads,
                                  members[-1].shape or "(no filter)"))  # fmt: skip
     out.sort(key=lambda q: (-q.cost, -q.scans, q.query.text))
@@ -92,12 +87,43 @@ def captured_queries(scans: Sequence[CapturedScan], columns: Sequence[str], *, h
             for i, q in enumerate(out, start=1)]  # fmt: skip
 
 
-def too_little(capture: Capture, queries: Sequence[CapturedQuery], cfg: CompactionConfig) -> str | None:
+def _anchor(scans: Sequence[CapturedScan], now_ms: float | None) -> float:
+    """The time ages are counted from: the newest scan, or ``now_ms`` when that is earlier."""
+    newest: float = max((s.time_ms for s in scans), default=0)
+    return newest if now_ms is None else min(newest, now_ms)
+
+
+def scan_weights(scans: Sequence[CapturedScan], half_life_s: float, anchor_ms: float) -> np.ndarray:
+    """Each scan's weight: ``0.5 ** (age / half_life_s)``, its age counted back from ``anchor_ms``
+    (a scan after it weighs 1); all 1 when ``half_life_s`` is 0."""
+    if half_life_s <= 0:
+        return np.ones(len(scans))
+    ages = np.maximum(0, anchor_ms - np.array([s.time_ms for s in scans], dtype=np.float64)) / 1000
+    return np.exp2(-ages / half_life_s)
+
+
+def effective_scans(scans: Sequence[CapturedScan], half_life_s: float, now_ms: float | None = None) -> float:
+    """How many equally weighted scans the recency-weighted ones are worth: (sum w)^2 / sum w^2
+    (Kish's effective sample size); the number of scans when they all weigh alike."""
+    w = scan_weights(scans, half_life_s, _anchor(scans, now_ms))
+    return float(w.sum() ** 2 / (w**2).sum()) if len(w) else 0.0
+
+
+def too_little(capture: Capture, queries: Sequence[CapturedQuery], cfg: CompactionConfig, *,
+               now_ms: float | None = None) -> str | None:  # fmt: skip
     """Why the capture is too little to choose a layout on (None: enough)."""
     scans = len(capture.scans)
     if scans < cfg.auto_layout_min_scans:
         return (f"too little captured workload: {scans:,} scan(s), fewer than compaction.auto_layout_min_scans "
                 f"({cfg.auto_layout_min_scans:,}); let the readers capture more (docs/workload.md)")  # fmt: skip
+    effective = effective_scans(capture.scans, cfg.auto_layout_half_life_s, now_ms)
+    if effective < cfg.auto_layout_min_scans / 2:
+        # A half-life short against the scans' spacing leaves a few recent scans deciding alone. (Any
+        # decay makes the effective number a little smaller than the count: half is the bar.)
+        return (f"too little captured workload: its {scans:,} scans weigh as {effective:,.0f} equal ones with "
+                f"compaction.auto_layout_half_life_s ({human_duration(cfg.auto_layout_half_life_s)}), fewer than "
+                f"half of compaction.auto_layout_min_scans ({cfg.auto_layout_min_scans:,}); let the readers capture "
+                "more or lengthen the half-life")  # fmt: skip
     span = (capture.scans[-1].time_ms - capture.scans[0].time_ms) / 1000
     if span < cfg.auto_layout_min_span_s:
         return (f"too little captured workload: its {scans:,} scans span {human_duration(span)}, less than "

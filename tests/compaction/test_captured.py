@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from lakecluster.compaction.advise import Candidate, WorkloadModel
 from lakecluster.compaction.capture import read_capture
-from lakecluster.compaction.captured import captured_queries, describe, too_little
+from lakecluster.compaction.captured import captured_queries, describe, effective_scans, too_little
 from lakecluster.compaction.workload import Predicate, Query
 from lakecluster.config import CompactionConfig, WorkloadConfig
 from lakecluster.table import LakeTable
@@ -116,3 +116,18 @@ def test_a_reader_whose_clock_runs_ahead_does_not_make_the_workload_old(tmp_path
                captured_queries(capture.scans, ["c_city", "q"], half_life_s=86_400, now_ms=NOW)}  # fmt: skip
     # Ages are counted from now, not from the scan ahead of it: today's 50 scans weigh almost 50.
     assert weights["c_city = 'A'"] > 49 and weights["q BETWEEN 10 AND 20"] == 1.0
+
+
+def test_a_half_life_short_against_the_scans_spacing_is_too_little_to_decide(tmp_path: Path) -> None:
+    # 200 scans a minute apart: with a half-life of a day they are worth almost 200 equal ones;
+    # with one of a minute, the last few decide alone (about 3 equal ones).
+    records = [record(NOW - 200 * 60_000 + i * 60_000, i, filters=[{**CITY, "value": "A"}]) for i in range(200)]
+    capture = _capture(tmp_path, records)
+    queries = captured_queries(capture.scans, ["c_city"])
+    daily = CompactionConfig(auto_layout_min_scans=100, auto_layout_min_span_s=600)
+    assert too_little(capture, queries, daily, now_ms=NOW) is None
+    assert 199 < effective_scans(capture.scans, 86_400, NOW) <= 200
+    minute = replace(daily, auto_layout_half_life_s=60)
+    assert 2 < effective_scans(capture.scans, 60, NOW) < 4
+    assert "weigh as 3 equal ones with compaction.auto_layout_half_life_s (1.0 min)" in str(
+        too_little(capture, queries, minute, now_ms=NOW))
