@@ -16,6 +16,7 @@ lakecluster's own put-if-absent files (the adopted layouts) use the same conditi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -230,15 +231,16 @@ def _link_if_absent(path: str, data: bytes) -> bool:
     folder, name = os.path.split(path)
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
     try:
+        with open(tmp, "wb") as out:  # a failed write (a full disk) leaves no temporary file behind either
+            out.write(data)
         os.link(tmp, path)  # fails if the name exists: put-if-absent, atomically
         return True
     except FileExistsError:
         return False
     finally:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _object_store(uri: str, bucket: str, storage: StorageConfig) -> S3Store:
