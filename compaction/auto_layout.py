@@ -250,8 +250,8 @@ class AutoLayout:
         self.priority: dict[str, float] = {}  # per file path: captured scans its stats can match
         self.last: Evaluation | None = None
         self._shown: tuple | None = None  # the recommendation last logged
-        # The columns past the gain (and the adoption they were scored against) and in how many
-        # scorings in a row; any other outcome of a scoring ends the streak.
+        # The columns past the gain (and the adoption they were scored against: an adoption starts
+        # a new streak) and in how many scorings in a row; any other outcome of a scoring ends it.
         self._streak: tuple[tuple, int] = ((), 0)
         self._passed = False
         self.budget_paused = False
@@ -303,7 +303,7 @@ class AutoLayout:
             kept.append(g)
         return kept, cut
 
-    def note_budget(self, paused: bool, limit: int, used: int, window: float = 86_400.0) -> None:
+    def note_budget(self, paused: bool, limit: int, used: int, window: float = DAY_S) -> None:
         """Metric and log line when the re-clustering pauses for its budget (``limit`` bytes per
         ``window`` seconds) or resumes."""
         metrics.RELAYOUT_BUDGET_EXHAUSTED.set(1 if paused else 0)
@@ -416,7 +416,6 @@ class AutoLayout:
                                    "scans": result.scans, "recluster_bytes": result.recluster_bytes},
                         by=f"{socket.gethostname()}:{os.getpid()}")  # fmt: skip
         winner, won = self.store.adopt(mine)
-        self._streak = ((), 0)
         if not won:
             return f"not adopted: another compactor adopted layout {winner.number} at the same moment; following it"
         result.adopted = winner.number

@@ -198,27 +198,22 @@ def create_if_absent(uri: str, data: bytes, storage: StorageConfig) -> bool:
         raise ValueError(f"unsupported storage scheme in {uri!r}: use a local path or s3://bucket/path")
     bucket, _, key = bucket_key(uri).partition("/")
     store = _object_store(uri, bucket, storage)
-    attempt = 1
-    while True:
+    for attempt in range(1, _CONFLICT_TRIES + 1):
         try:
             obstore.put(store, key, data, mode="create")
             return True
-        except AlreadyExistsError as e:
+        except BaseError as e:  # obstore's errors are not OSErrors; callers of storage expect one
             # object_store reports AWS's 409 (a conflicting request in flight) as AlreadyExists too;
             # only the 412 of the condition means the key exists. A 409 asks for a retry.
             if not _conflict(e):
-                return False
-            if attempt >= _CONFLICT_TRIES:
+                if isinstance(e, AlreadyExistsError):
+                    return False
+                raise OSError(f"{uri}: conditional create (If-None-Match: *) failed: {e}") from e
+            if attempt == _CONFLICT_TRIES:
                 raise OSError(f"{uri}: conditional create (If-None-Match: *) kept meeting a conflicting "
                               f"request: {e}") from e  # fmt: skip
             time.sleep(0.1 * attempt)
-            attempt += 1
-        except BaseError as e:  # obstore's errors are not OSErrors; callers of storage expect one
-            if attempt < _CONFLICT_TRIES and _conflict(e):
-                time.sleep(0.1 * attempt)
-                attempt += 1
-                continue
-            raise OSError(f"{uri}: conditional create (If-None-Match: *) failed: {e}") from e
+    raise AssertionError("unreachable: every try returns or raises")
 
 
 def _conflict(error: Exception) -> bool:

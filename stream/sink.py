@@ -118,9 +118,7 @@ class StreamSink:
         self.source = source
         self.configured_columns = tuple(t.column(c) for c in t.clustering_columns)
         self.store = table.sketches(start.stream_id)
-        sk = config.sketches
-        self.sketches = load_or_empty(self.store, self.configured_columns, k=sk.k, max_string_chars=sk.max_string_chars)
-        self.sketch_columns = self._sketched()
+        self._load_sketches()
         self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
@@ -204,12 +202,17 @@ class StreamSink:
         newest = self.store.newest()
         if newest is None or newest == self._sketch_file:
             return
-        sk = self.config.sketches
-        self.sketches = load_or_empty(self.store, self.configured_columns, k=sk.k, max_string_chars=sk.max_string_chars)
-        self.sketch_columns = self._sketched()
+        self._load_sketches()
         self._sketch_file = newest
         log.info("boundary sketches re-read from %s (written by another process): columns %s; sketching %s", newest,
                  ", ".join(self.sketches.sketches), ", ".join(c.name for c in self.sketch_columns))  # fmt: skip
+
+    def _load_sketches(self) -> None:
+        """The newest sketch file (empty sketches for configured columns it lacks), and the columns
+        the batches are sketched on from now (:meth:`_sketched`)."""
+        sk = self.config.sketches
+        self.sketches = load_or_empty(self.store, self.configured_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self.sketch_columns = self._sketched()
 
     def _sketched(self) -> tuple[ColumnSpec, ...]:
         """The columns the batches are sketched on: the configured clustering columns, then every

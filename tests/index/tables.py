@@ -3,6 +3,7 @@ Delta writer's log, and these tests stay fast."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -14,8 +15,10 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from lakecluster.compaction.planner import snapshot_files
+from lakecluster.index.spec import IndexSpec
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import ColumnSpec, arrow_schema
+from lakecluster.table import LakeTable
 from tests.parquet_writes import write_files
 
 COLUMNS = (
@@ -29,6 +32,17 @@ COLUMNS = (
     ColumnSpec("flag", "boolean"),
 )
 PARTITION_BY = ("year",)
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def fixture_copy(name: str, tmp_path: Path) -> tuple[Path, IndexSpec]:
+    """The table and index kept under ``fixtures/<name>``, copied to ``tmp_path/t`` (tests may
+    change it), and the spec of its index."""
+    table = tmp_path / "t"
+    shutil.copytree(FIXTURES / name, table)
+    return table, IndexSpec.for_location(LakeTable.at(str(table)))
 
 
 def open_or_create(path: Path) -> DeltaTable:

@@ -5,7 +5,6 @@ names the format, and the next sync rebuilds it, after which its answers are sou
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 import time
 from pathlib import Path
 
@@ -20,9 +19,8 @@ from lakecluster.index.prune import prune
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.store import FORMAT, IndexFormatError
 from lakecluster.index.sync import store_for, sync
-from lakecluster.table import LakeTable
+from tests.index.tables import fixture_copy
 
-FIXTURE = Path(__file__).parent / "fixtures" / "format1_table"
 WHERE = {  # the predicate, and the same as a pyarrow expression
     "city = 'city3'": pc.field("city") == "city3",
     "id < 30": pc.field("id") < 30,
@@ -43,9 +41,7 @@ def matching_rows(path: str, expr: pc.Expression) -> int:
 
 @pytest.fixture
 def old_index(tmp_path: Path) -> tuple[Path, IndexSpec]:
-    table = tmp_path / "t"
-    shutil.copytree(FIXTURE, table)
-    return table, IndexSpec.for_location(LakeTable.at(str(table)))
+    return fixture_copy("format1_table", tmp_path)
 
 
 def test_the_fixture_is_a_format_1_index_behind_its_table(old_index: tuple[Path, IndexSpec]) -> None:

@@ -25,8 +25,8 @@ from lakecluster.index.prune import PruneResult, prune
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import store_for, sync
 from lakecluster.table import LakeTable
+from tests.index.tables import fixture_copy
 
-FIXTURE = Path(__file__).parent / "fixtures" / "format2_table"
 WHERE = {  # the predicate, and the same as a pyarrow expression
     "id >= 1000 AND id < 1004": (pc.field("id") >= 1000) & (pc.field("id") < 1004),
     "city = 'b3'": pc.field("city") == "b3",
@@ -146,9 +146,7 @@ def test_the_table_id_is_read_from_the_checkpoint_once_the_first_commit_is_clean
 
 @pytest.fixture
 def unidentified(tmp_path: Path) -> tuple[Path, IndexSpec]:
-    table = tmp_path / "t"
-    shutil.copytree(FIXTURE, table)
-    return table, IndexSpec.for_location(LakeTable.at(str(table)))
+    return fixture_copy("format2_table", tmp_path)
 
 
 def test_the_fixture_is_an_index_without_a_table_id_behind_its_table(unidentified: tuple[Path, IndexSpec]) -> None:
