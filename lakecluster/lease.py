@@ -5,9 +5,11 @@ however it dies (SIGKILL included), so a restart is never blocked by a stale loc
 
 Object stores have no locks: the lease is an object naming its holder and an expiry, renewed by a
 background thread every ``ttl/3``. A process finds it unexpired and refuses to start; a holder
-killed without releasing it blocks restarts for at most ``ttl``. Two processes racing for a free
-lease both write, wait, and read back: only the one whose write survived goes on (object stores
-have read-after-write consistency; the window left is two starts within the same moment).
+killed without releasing it blocks restarts for at most ``ttl``. Every write of it is conditional
+on the version read before it (S3 ``If-None-Match: *`` to create it, ``If-Match: <ETag>`` to take
+over an expired one or to renew it, ``storage.put_if``): of processes that found the same version,
+one writes and the others are refused, however far apart their reads and writes were, and a holder
+whose lease was taken over learns it at its next renewal.
 """
 
 from __future__ import annotations
@@ -51,13 +53,13 @@ class Lease:
         self.info = info
         self._handle = handle
         self._ttl_s = ttl_s
+        self._etag: str | None = None  # on object stores, the version of the lease this holder wrote last
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost = threading.Event()  # set if the renewal thread finds the lease taken over
 
     @classmethod
-    def acquire(cls, uri: str, purpose: str, *, storage: StorageConfig, ttl_s: float = 30.0,
-                settle_s: float = 1.0) -> Lease:  # fmt: skip
+    def acquire(cls, uri: str, purpose: str, *, storage: StorageConfig, ttl_s: float = 30.0) -> Lease:
         """Hold the lease at ``uri`` (reached with ``storage``) for ``purpose``.
 
         Raises:
@@ -67,7 +69,7 @@ class Lease:
         info = _holder(purpose)
         if is_local(uri):
             return cls._acquire_local(uri, info, storage)
-        return cls._acquire_remote(uri, info, ttl_s, settle_s, storage)
+        return cls._acquire_remote(uri, info, ttl_s, storage)
 
     @classmethod
     def _acquire_local(cls, path: str, info: dict[str, Any], storage: StorageConfig) -> Lease:
@@ -90,10 +92,9 @@ class Lease:
         return cls(path, info, handle, 0.0, storage)
 
     @classmethod
-    def _acquire_remote(cls, uri: str, info: dict[str, Any], ttl_s: float, settle_s: float,
-                        settings: StorageConfig) -> Lease:  # fmt: skip
-        fs, path = storage.filesystem(uri, settings)
-        held = _read_remote(fs, path)
+    def _acquire_remote(cls, uri: str, info: dict[str, Any], ttl_s: float, settings: StorageConfig) -> Lease:
+        found = storage.read_versioned(uri, settings)
+        held = _parse(found)
         if held is not None and held.get("expires", 0) > time.time():
             left = held["expires"] - time.time()
             raise LeaseHeldError(
@@ -101,34 +102,58 @@ class Lease:
                 f"if that process is gone the lease expires in {left:.0f}s)"
             )
         lease = cls(uri, info, None, ttl_s, settings)
-        lease._write_remote()
-        time.sleep(settle_s)
-        now = _read_remote(fs, path)
-        if now is None or now.get("owner") != info["owner"]:
+        # Free, or expired: replace exactly the version read. Another process that wrote since
+        # (created it, or took the expired one over first) makes this write fail.
+        lease._etag = storage.put_if(uri, lease._body(), settings, etag=None if found is None else found.etag)
+        if lease._etag is None:
+            now = _parse(storage.read_versioned(uri, settings)) or {}
             raise LeaseHeldError(f"{info['purpose']}: another process took {uri} at the same moment: "
-                                 f"{_describe(now or {})}")  # fmt: skip
+                                 f"{_describe(now)}")  # fmt: skip
         lease._thread = threading.Thread(target=lease._renew, name="lakecluster-lease", daemon=True)
         lease._thread.start()
         return lease
 
-    def _write_remote(self) -> None:
-        fs, path = storage.filesystem(self.uri, self.storage)
-        body = json.dumps({**self.info, "expires": time.time() + self._ttl_s}).encode()
-        with fs.open_output_stream(path) as out:
-            out.write(body)
+    def _body(self) -> bytes:
+        return json.dumps({**self.info, "expires": time.time() + self._ttl_s}).encode()
 
     def _renew(self) -> None:
-        fs, path = storage.filesystem(self.uri, self.storage)
         while not self._stop.wait(self._ttl_s / 3):
             try:
-                held = _read_remote(fs, path)
-                if held is not None and held.get("owner") != self.info["owner"]:
-                    log.error("lease %s was taken over by %s", self.uri, _describe(held))
-                    self.lost.set()
+                if not self.renew():
                     return
-                self._write_remote()
             except OSError as e:  # storage hiccup: retry at the next tick, the ttl covers it
                 log.warning("could not renew lease %s: %s", self.uri, e)
+
+    def renew(self) -> bool:
+        """Push the expiry ``ttl`` ahead, if this process still holds the lease; else set
+        :attr:`lost` and return False. (The renewal thread calls this every ``ttl/3``.)
+
+        Raises:
+            OSError: the store failed; nothing is known (the caller tries again).
+        """
+        etag = storage.put_if(self.uri, self._body(), self.storage, etag=self._etag)
+        if etag is not None:
+            self._etag = etag
+            return True
+        found = storage.read_versioned(self.uri, self.storage)
+        held = _parse(found)
+        if found is not None and held is not None and held.get("owner") == self.info["owner"]:
+            # Ours still, in a version this process did not see: an earlier renewal whose answer was
+            # lost, or a store that sends no ETag. Renew that version.
+            self._etag = storage.put_if(self.uri, self._body(), self.storage, etag=found.etag)
+            if self._etag is not None:
+                return True
+            found = storage.read_versioned(self.uri, self.storage)
+            held = _parse(found)
+        if found is None:  # deleted by hand: take it again unless another process was quicker
+            self._etag = storage.put_if(self.uri, self._body(), self.storage, etag=None)
+            if self._etag is not None:
+                log.warning("lease %s had been deleted; taken again", self.uri)
+                return True
+            held = _parse(storage.read_versioned(self.uri, self.storage))
+        log.error("lease %s was taken over by %s", self.uri, _describe(held or {}))
+        self.lost.set()
+        return False
 
     def release(self) -> None:
         self._stop.set()
@@ -140,10 +165,11 @@ class Lease:
             return
         if self._thread is not None:
             self._thread.join(timeout=5)
-        fs, path = storage.filesystem(self.uri, self.storage)
         with contextlib.suppress(OSError):
-            held = _read_remote(fs, path)
+            held = _parse(storage.read_versioned(self.uri, self.storage))
             if held is not None and held.get("owner") == self.info["owner"]:
+                # Still unexpired (renewed until the thread stopped): no one can have taken it since.
+                fs, path = storage.filesystem(self.uri, self.storage)
                 fs.delete_file(path)
 
     def __enter__(self) -> Lease:
@@ -153,11 +179,12 @@ class Lease:
         self.release()
 
 
-def _read_remote(fs: Any, path: str) -> dict[str, Any] | None:
-    try:
-        with fs.open_input_stream(path) as f:
-            return json.loads(f.read() or b"{}")
-    except FileNotFoundError:
+def _parse(found: storage.Versioned | None) -> dict[str, Any] | None:
+    """The holder a lease object names; {} for one that is not JSON (written half, by hand)."""
+    if found is None:
         return None
+    try:
+        held = json.loads(found.data or b"{}")
     except ValueError:
         return {}
+    return held if isinstance(held, dict) else {}

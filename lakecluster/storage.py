@@ -11,7 +11,8 @@ handle, ``lakecluster.table.LakeTable``, carries its own).
 Commits on S3 are made safe between processes by S3 conditional writes (``If-None-Match: *``):
 delta-rs with ``aws_conditional_put=etag``, Spark through lakecluster's LogStore (docs/storage.md).
 lakecluster's own put-if-absent files (the adopted layouts) use the same condition through
-:func:`create_if_absent`.
+:func:`create_if_absent`; the stream's lease on S3 replaces its object only if it is still the
+version it read (``If-Match``, :func:`put_if`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import obstore
 import pyarrow.fs as pafs
-from obstore.exceptions import AlreadyExistsError, BaseError
+from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError, PreconditionError
 from obstore.store import S3Store
 
 if TYPE_CHECKING:
@@ -175,8 +176,7 @@ def create_if_absent(uri: str, data: bytes, storage: StorageConfig) -> bool:
 
     * Local disks: the data is written under a temporary name beside it, then hard-linked to
       ``uri``; ``link(2)`` fails when the name exists.
-    * S3: one PUT with ``If-None-Match: *`` (object_store's ``PutMode::Create``, through
-      ``obstore``), reached with the same options delta-rs gets (:func:`delta_options`). The store
+    * S3: one PUT with ``If-None-Match: *`` (:func:`put_if` without an entity tag). The store
       refuses it with 412 when the key exists, however long ago the other writer checked or wrote;
       a store that ignores the header (docs/storage.md, "S3-compatible stores") breaks this.
 
@@ -194,26 +194,80 @@ def create_if_absent(uri: str, data: bytes, storage: StorageConfig) -> bool:
     uri = normalize(uri)
     if is_local(uri):
         return _link_if_absent(uri, data)
-    if not is_s3(uri):
-        raise ValueError(f"unsupported storage scheme in {uri!r}: use a local path or s3://bucket/path")
-    bucket, _, key = bucket_key(uri).partition("/")
-    store = _object_store(uri, bucket, storage)
+    return put_if(uri, data, storage, etag=None) is not None
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """An object's bytes and the entity tag (ETag) of that version of it."""
+
+    data: bytes
+    etag: str
+
+
+def read_versioned(uri: str, storage: StorageConfig) -> Versioned | None:
+    """The object at an ``s3://`` ``uri`` with its entity tag, or None if there is none.
+
+    Raises:
+        ValueError: ``uri`` is not ``s3://``.
+        OSError: the store failed (refused, unreachable).
+    """
+    store, key = _store_key(uri, storage)
+    try:
+        got = obstore.get(store, key)
+        data = bytes(got.bytes())
+    except (FileNotFoundError, NotFoundError):  # obstore raises the builtin for a 404
+        return None
+    except BaseError as e:  # obstore's errors are not OSErrors; callers of storage expect one
+        raise OSError(f"{uri}: read failed: {e}") from e
+    return Versioned(data, str(got.meta.get("e_tag") or ""))
+
+
+def put_if(uri: str, data: bytes, storage: StorageConfig, *, etag: str | None) -> str | None:
+    """Write ``data`` at an ``s3://`` ``uri`` only if the key holds the version ``etag`` names
+    (``If-Match``), or, with ``etag=None``, only if the key is absent (``If-None-Match: *``):
+    object_store's ``PutMode::Update`` and ``PutMode::Create`` through ``obstore``, reached with the
+    options delta-rs gets (:func:`delta_options`). Of two writers holding the same version, one
+    replaces it and the other is refused, however far apart their reads and writes were.
+
+    Returns:
+        The new version's entity tag ("" if the store sent none), or None when the condition
+        failed (the key was there, or held another version, or was gone) and nothing was written.
+
+    Raises:
+        ValueError: ``uri`` is not ``s3://``.
+        OSError: the store failed otherwise (refused, unreachable).
+    """
+    store, key = _store_key(uri, storage)
+    mode: Any = "create" if etag is None else {"e_tag": etag}
     for attempt in range(1, _CONFLICT_TRIES + 1):
         try:
-            obstore.put(store, key, data, mode="create")
-            return True
+            result = obstore.put(store, key, data, mode=mode)
+            return str(result.get("e_tag") or "")
         except BaseError as e:  # obstore's errors are not OSErrors; callers of storage expect one
             # object_store reports AWS's 409 (a conflicting request in flight) as AlreadyExists too;
-            # only the 412 of the condition means the key exists. A 409 asks for a retry.
+            # only the 412 of the condition means it failed. A 409 asks for a retry.
             if not _conflict(e):
-                if isinstance(e, AlreadyExistsError):
-                    return False
-                raise OSError(f"{uri}: conditional create (If-None-Match: *) failed: {e}") from e
+                if isinstance(e, (AlreadyExistsError, PreconditionError)):
+                    return None
+                raise OSError(f"{uri}: conditional PUT ({_condition(etag)}) failed: {e}") from e
             if attempt == _CONFLICT_TRIES:
-                raise OSError(f"{uri}: conditional create (If-None-Match: *) kept meeting a conflicting "
+                raise OSError(f"{uri}: conditional PUT ({_condition(etag)}) kept meeting a conflicting "
                               f"request: {e}") from e  # fmt: skip
             time.sleep(0.1 * attempt)
     raise AssertionError("unreachable: every try returns or raises")
+
+
+def _condition(etag: str | None) -> str:
+    return "If-None-Match: *" if etag is None else f"If-Match: {etag}"
+
+
+def _store_key(uri: str, storage: StorageConfig) -> tuple[S3Store, str]:
+    uri = normalize(uri)
+    if not is_s3(uri):
+        raise ValueError(f"unsupported storage scheme in {uri!r}: use a local path or s3://bucket/path")
+    bucket, _, key = bucket_key(uri).partition("/")
+    return _object_store(uri, bucket, storage), key
 
 
 def _conflict(error: Exception) -> bool:

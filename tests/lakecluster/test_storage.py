@@ -111,3 +111,24 @@ def test_create_if_absent_on_s3_is_decided_by_the_conditional_put(s3, s3_prefix:
     for round_ in range(5):
         won = race(f"race-{round_}")
         assert len(won) == 1 and content(f"race-{round_}") == f"writer {won[0]}".encode()
+
+
+def test_put_if_replaces_only_the_version_it_names_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """``If-Match``: of two writers that read the same version, the first replaces it and the second
+    is refused; a version that is gone (the key deleted) is refused too."""
+    settings = StorageConfig(**s3.storage_settings())
+    uri = f"{s3_prefix}lease"
+    assert storage.read_versioned(uri, settings) is None
+    first = storage.put_if(uri, b"one", settings, etag=None)
+    assert first and storage.put_if(uri, b"again", settings, etag=None) is None
+    read = storage.read_versioned(uri, settings)
+    assert read == storage.Versioned(b"one", first)
+    second = storage.put_if(uri, b"two", settings, etag=read.etag)
+    assert second and second != first
+    assert storage.put_if(uri, b"stale", settings, etag=read.etag) is None
+    assert storage.read_versioned(uri, settings) == storage.Versioned(b"two", second)
+    s3.filesystem().delete_file(uri.removeprefix("s3://"))
+    assert storage.put_if(uri, b"three", settings, etag=second) is None
+    assert storage.read_versioned(uri, settings) is None
+    with pytest.raises(ValueError, match="unsupported storage scheme"):
+        storage.put_if("gs://b/k", b"x", settings, etag=None)

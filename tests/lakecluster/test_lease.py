@@ -1,0 +1,132 @@
+"""The stream's lease: one holder at a time, on a local disk (flock) and on a real S3 server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from lakecluster import lease as lease_module
+from lakecluster import storage
+from lakecluster.config import StorageConfig
+from lakecluster.errors import LeaseHeldError
+from lakecluster.lease import Lease
+
+
+def test_a_second_holder_is_refused_until_the_first_releases(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "lease")
+    first = Lease.acquire(path, "stream a", storage=StorageConfig())
+    with pytest.raises(LeaseHeldError, match="stream b is already running: pid"):
+        Lease.acquire(path, "stream b", storage=StorageConfig())
+    first.release()
+    Lease.acquire(path, "stream b", storage=StorageConfig()).release()
+
+
+def test_a_second_holder_is_refused_on_s3_until_the_first_releases(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    settings = StorageConfig(**s3.storage_settings())
+    uri = f"{s3_prefix}lease"
+    first = Lease.acquire(uri, "stream a", storage=settings, ttl_s=30)
+    with pytest.raises(LeaseHeldError, match=r"stream b is already running: pid \d+ .*expires in \d+s"):
+        Lease.acquire(uri, "stream b", storage=settings)
+    first.release()
+    assert storage.read_versioned(uri, settings) is None, "a release deletes the holder's lease"
+    Lease.acquire(uri, "stream b", storage=settings).release()
+
+
+def test_a_process_that_found_the_lease_free_cannot_take_it_after_another_did_on_s3(
+    s3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """B finds the lease free; A then takes it, from start to end; only then does B write. B's write
+    is conditional on the lease being absent, so B is refused and A holds it alone. (Check, write,
+    wait a second and read back let B overwrite A's lease here and told both they held it.)"""
+    settings = StorageConfig(**s3.storage_settings())
+    uri = f"{s3_prefix}lease"
+    read, checks, a = storage.read_versioned, [], []
+
+    def check_then_let_a_take_it(u: str, s: StorageConfig) -> storage.Versioned | None:
+        found = read(u, s)
+        if not checks:  # B's check before its write: A acquires between the two
+            checks.append(found)
+            a.append(Lease.acquire(uri, "stream a", storage=settings))
+        return found
+
+    monkeypatch.setattr(lease_module.storage, "read_versioned", check_then_let_a_take_it)
+    try:
+        with pytest.raises(LeaseHeldError, match=r"another process took .* at the same moment: pid"):
+            Lease.acquire(uri, "stream b", storage=settings)
+        assert checks == [None], "B checked before A wrote"
+        held = json.loads(read(uri, settings).data)  # type: ignore[union-attr]
+        assert held["owner"] == a[0].info["owner"]
+        assert a[0].renew() and not a[0].lost.is_set(), "A still holds it"
+    finally:
+        monkeypatch.undo()
+        for x in a:
+            x.release()
+
+
+def _take_at_once(uri: str, settings: StorageConfig, processes: int) -> tuple[list[Lease], int]:
+    """Threads acquiring ``uri`` behind a barrier: (the leases taken, how many were refused)."""
+    barrier, held, refused = threading.Barrier(processes), [], []
+
+    def take(i: int) -> None:
+        barrier.wait()
+        try:
+            held.append(Lease.acquire(uri, f"stream {i}", storage=settings))
+        except LeaseHeldError:
+            refused.append(i)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(processes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return held, len(refused)
+
+
+def test_of_processes_taking_over_an_expired_lease_at_once_exactly_one_does_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    settings = StorageConfig(**s3.storage_settings())
+    for round_ in range(3):
+        uri = f"{s3_prefix}lease-{round_}"
+        dead = {"owner": "dead", "host": "h", "pid": 1, "purpose": "stream", "since": 0, "expires": time.time() - 1}
+        assert storage.put_if(uri, json.dumps(dead).encode(), settings, etag=None)
+        held, refused = _take_at_once(uri, settings, 4)
+        assert len(held) == 1 and refused == 3
+        assert json.loads(storage.read_versioned(uri, settings).data)["owner"] == held[0].info["owner"]  # type: ignore[union-attr]
+        held[0].release()
+    held, refused = _take_at_once(f"{s3_prefix}free", settings, 4)  # a free lease, created at once
+    assert len(held) == 1 and refused == 3
+    held[0].release()
+
+
+def test_a_holder_whose_expired_lease_was_taken_over_learns_it_at_its_next_renewal_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """A holder stalled past its ttl (a long pause, a partition) finds at its next renewal that another
+    process took the lease: it sets ``lost`` (the stream stops) and does not write it back."""
+    settings = StorageConfig(**s3.storage_settings())
+    uri = f"{s3_prefix}lease"
+    stalled = Lease.acquire(uri, "stream a", storage=settings, ttl_s=1.0)
+    stalled._stop.set()  # its renewals stop, as in a process that stalls
+    assert stalled._thread is not None
+    stalled._thread.join(timeout=5)
+    time.sleep(1.2)
+    successor = Lease.acquire(uri, "stream b", storage=settings, ttl_s=30)
+    assert not stalled.renew() and stalled.lost.is_set()
+    assert json.loads(storage.read_versioned(uri, settings).data)["owner"] == successor.info["owner"]  # type: ignore[union-attr]
+    stalled.release()  # not its lease any more: left alone
+    assert storage.read_versioned(uri, settings) is not None
+    assert successor.renew() and not successor.lost.is_set()
+    successor.release()
+
+
+def test_a_renewal_whose_answer_was_lost_does_not_lose_the_lease_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """The holder's last renewal reached the store but its answer (the new ETag) did not reach the
+    holder: the next renewal's If-Match fails on its own newer version, which it recognises."""
+    settings = StorageConfig(**s3.storage_settings())
+    uri = f"{s3_prefix}lease"
+    holder = Lease.acquire(uri, "stream a", storage=settings, ttl_s=30)
+    assert storage.put_if(uri, holder._body(), settings, etag=holder._etag)  # the renewal it never heard of
+    assert holder.renew() and not holder.lost.is_set()
+    assert holder._etag == storage.read_versioned(uri, settings).etag  # type: ignore[union-attr]
+    holder.release()
+    assert storage.read_versioned(uri, settings) is None
