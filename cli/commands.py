@@ -138,10 +138,11 @@ def compact(ctx: Context) -> int:
     compactor = Compactor(config, table=ctx.table, scope=scope, full=args.full)
     if args.dry_run:
         the_plan = compactor.plan()
+        per_row = compactor.compacted_bytes_per_row()
         data: dict[str, Any] = {"table_version": the_plan.table_version, "groups": [
             {"partition": dict(g.partition), "files": [f.path for f in g.files], "bytes": g.bytes, "rows": g.rows,
              "generation": g.generation, "reason": g.reason,
-             "expected_files": g.expected_files(config.compaction.target_file_bytes)}
+             "expected_files": g.expected_files(config.compaction.target_file_bytes, per_row)}
             for g in the_plan.groups]}  # fmt: skip
         data["bytes"] = sum(g.bytes for g in the_plan.groups)
         if args.where is not None:
@@ -149,7 +150,8 @@ def compact(ctx: Context) -> int:
         if args.full:
             data["full"] = {"layout": compactor.fingerprint, "files_left": the_plan.relayout_files,
                             "bytes_left": the_plan.relayout_bytes}  # fmt: skip
-        text = describe_plan(the_plan, config.compaction.target_file_bytes, full=args.full, where=args.where)
+        text = describe_plan(the_plan, config.compaction.target_file_bytes, full=args.full, where=args.where,
+                             bytes_per_row=per_row)  # fmt: skip
         emit(data, text, args.output)
         return 0
     served = _serve_metrics(config, ctx.table)

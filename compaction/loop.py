@@ -459,6 +459,15 @@ class Compactor:
         self._without_stats.check(data_columns, configuration)
         return stats_columns(data_columns, configuration)
 
+    def compacted_bytes_per_row(self) -> float | None:
+        """Bytes per row of the live files compaction wrote (generation 1 and up), None before the
+        first: how the output of the next group will compress (``Group.expected_files``)."""
+        _, files = self.live.snapshot()
+        compacted = pc.and_(pc.greater_equal(files["generation"], 1), pc.greater(files["rows"], 0))
+        rows = pc.sum(pc.if_else(compacted, files["rows"], 0)).as_py() or 0
+        size = pc.sum(pc.if_else(compacted, files["size"], 0)).as_py() or 0
+        return size / rows if rows > 0 and size > 0 else None
+
     def compact_group(self, group: Group, sketches: BoundarySketches) -> GroupResult:
         cfg = self.config.compaction
         started = time.monotonic()
@@ -467,7 +476,7 @@ class Compactor:
             metrics.COMPACTION_GROUPS.labels("skipped").inc()
             return GroupResult(group, "skipped", 0, 0, 0.0, None, 0.0, 0.0,
                                "inputs already rewritten by another compactor")  # fmt: skip
-        n_out = group.expected_files(cfg.target_file_bytes)
+        n_out = group.expected_files(cfg.target_file_bytes, self.compacted_bytes_per_row())
         layout = ClusteringLayout.build(
             sketches, self.config.table.clustering_columns, curve=cfg.curve, target_cells=n_out,
             k=self.config.sketches.boundaries, weights=cfg.weights(),
@@ -737,9 +746,11 @@ class BackgroundCompactor:
             self._thread.join(timeout_s)
 
 
-def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False, where: str | None = None) -> str:
+def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False, where: str | None = None,
+                  bytes_per_row: float | None = None) -> str:  # fmt: skip
     """The plan as text: the table (the files that can match ``where``, if given), each group of this
-    round, and with ``full`` what the whole pass has left to re-cluster (this round's groups included)."""
+    round (its files as ``Group.expected_files`` counts them with ``bytes_per_row``), and with
+    ``full`` what the whole pass has left to re-cluster (this round's groups included)."""
     scope = f" (the files --where {where!r} can match)" if where is not None else ""
     lines = [f"table version {the_plan.table_version}: {the_plan.files_total} files{scope}, "
              f"{human_bytes(the_plan.bytes_total)}; {len(the_plan.groups)} group(s) to rewrite"]  # fmt: skip
@@ -750,7 +761,7 @@ def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False,
     for i, g in enumerate(the_plan.groups, 1):
         lines.append(
             f"  {i}. partition {dict(g.partition) or '-'}: {len(g.files)} files, {human_bytes(g.bytes)}, "
-            f"{g.rows} rows -> ~{g.expected_files(target_file_bytes)} file(s) of generation {g.generation}; "
-            f"why: {g.reason}"
+            f"{g.rows} rows -> ~{g.expected_files(target_file_bytes, bytes_per_row)} file(s) of generation "
+            f"{g.generation}; why: {g.reason}"
         )
     return "\n".join(lines)
