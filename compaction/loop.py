@@ -114,7 +114,7 @@ def thresholds(config: Config) -> dict[str, str]:
     return {"target_file_bytes": str(c.target_file_bytes), "min_file_bytes": str(c.min_file_bytes),
             "max_group_bytes": str(c.max_group_bytes), "merge_fanout": str(c.merge_fanout),
             "max_generation": str(c.max_generation), "max_groups_per_run": str(c.max_groups_per_run),
-            "min_input_files": str(c.min_input_files),
+            "min_input_files": str(c.min_input_files), "main_run_merge_ratio": f"{c.main_run_merge_ratio:g}",
             "curve": c.curve, "interval_s": f"{c.interval_s:g}"}  # fmt: skip
 
 

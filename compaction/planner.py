@@ -9,7 +9,11 @@ and unclustered. A compaction writes one clustered run of generation ``g`` (its 
 * when a partition holds ``merge_fanout`` runs of the same generation ``g < max_generation``,
   they are merged (re-clustered together) into one run of generation ``g + 1``, because one
   clustered run of n files skips far better than several small ones;
-* a run's files smaller than ``min_file_bytes`` ride along with the next group of the partition.
+* a run's files smaller than ``min_file_bytes`` ride along with the next group of the partition;
+* with ``main_run_merge_ratio`` > 0, once the bytes of a partition outside its largest run (its
+  main run) reach that share of the main run's, the whole partition (at most ``max_group_bytes``)
+  is re-clustered into one new main run: fewer, larger runs read fewer files (a point query reads
+  about n^(2/3) files of each clustered run of n files), at more bytes rewritten.
 
 Each row is rewritten at most once per generation, so write amplification is bounded by about
 ``max_generation`` + 1, and the work of a run grows with new data, not with the table size.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +36,7 @@ from deltalake import DeltaTable
 from lakecluster.config import CompactionConfig
 
 _RUN_FILE = re.compile(r"part-g(\d+)-([0-9a-f]+)-")
+MAX_GENERATION_IN_NAME = 99  # file names carry the generation in two digits
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,12 @@ def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: Co
     wanted = (generation == 0) | (sizes < cfg.min_file_bytes)
     if len(mergeable):
         wanted[young[pc.is_in(key, value_set=mergeable).to_numpy(zero_copy_only=False)]] = True
+    complete: set[str] = set()
+    if cfg.main_run_merge_ratio > 0 and live.num_rows:
+        partition_key = _partition_keys(live, parts)
+        complete = _due_for_main_run_merge(partition_key, live["run"], live["size"], cfg)
+        if complete:
+            wanted |= pc.is_in(partition_key, value_set=pa.array(sorted(complete))).to_numpy(zero_copy_only=False)
     chosen = live.filter(pa.array(wanted)).select(["path", "size", "rows", *parts, "generation", "run"])
     values = {c: chosen[c].to_pylist() for c in chosen.column_names}
     files = [
@@ -149,20 +160,58 @@ def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: Co
         for i, (path, size, rows, gen, run) in enumerate(zip(values["path"], values["size"], values["rows"],
                                                               values["generation"], values["run"], strict=True))
     ]  # fmt: skip
-    result = plan_files(files, version, cfg)
+    result = plan_files(files, version, cfg, complete=complete)
     result.files_total, result.bytes_total = live.num_rows, int(sizes.sum())
     return result
 
 
-def plan_files(files: Sequence[DataFile], version: int, cfg: CompactionConfig) -> Plan:
-    """The plan for the live ``files`` of ``version`` (already read from the log)."""
+def _partition_keys(live: pa.Table, parts: Sequence[str]) -> pa.Array:
+    """One text per file naming its partition (``_partition_key`` of its values)."""
+    if not parts:
+        return pa.array([""] * live.num_rows, pa.string())
+    if len(parts) == 1:
+        return pc.fill_null(live[parts[0]], _NULL).combine_chunks()
+    return pc.binary_join_element_wise(*[pc.fill_null(live[c], _NULL) for c in parts], "\x00").combine_chunks()
+
+
+_NULL = "\x00null"
+
+
+def _partition_key(partition: tuple[tuple[str, str | None], ...]) -> str:
+    return "\x00".join(_NULL if v is None else v for _, v in partition)
+
+
+def _due_for_main_run_merge(partition_key: pa.Array, run: pa.ChunkedArray, size: pa.ChunkedArray,
+                            cfg: CompactionConfig) -> set[str]:  # fmt: skip
+    """The partitions whose bytes outside their largest run reach ``main_run_merge_ratio`` of it,
+    and whose bytes in all fit one group (``max_group_bytes``)."""
+    files = pa.table({"p": partition_key, "run": run, "size": size})
+    totals = files.group_by("p").aggregate([("size", "sum")])
+    runs = files.filter(pc.is_valid(files["run"])).group_by(["p", "run"]).aggregate([("size", "sum")])
+    largest = runs.group_by("p").aggregate([("size_sum", "max")]).rename_columns(["p", "main"])
+    joined = totals.join(largest, "p", join_type="inner")
+    main = joined["main"].to_numpy().astype(np.float64)
+    total = joined["size_sum"].to_numpy().astype(np.float64)
+    rest = total - main
+    due = (rest > 0) & (rest >= cfg.main_run_merge_ratio * main) & (total <= cfg.max_group_bytes)
+    return set(joined["p"].filter(pa.array(due)).to_pylist())
+
+
+def plan_files(files: Sequence[DataFile], version: int, cfg: CompactionConfig,
+               complete: Collection[str] | None = None) -> Plan:  # fmt: skip
+    """The plan for the live ``files`` of ``version`` (already read from the log).
+
+    ``complete``: the partitions (``_partition_key``) of which ``files`` holds every live file, the
+    only ones a main-run merge may take whole; None: ``files`` is every live file of the table."""
     result = Plan(version, files_total=len(files), bytes_total=sum(f.size for f in files))
     by_partition: dict[tuple, list[DataFile]] = defaultdict(list)
     for f in files:
         by_partition[f.partition].append(f)
     candidates: list[Group] = []
     for partition, pfiles in sorted(by_partition.items(), key=lambda kv: str(kv[0])):
-        candidates.extend(_partition_groups(partition, pfiles, cfg))
+        whole = complete is None or _partition_key(partition) in complete
+        main = _main_run_merge(partition, pfiles, cfg) if whole else None
+        candidates.extend([main] if main is not None else _partition_groups(partition, pfiles, cfg))
     # Most benefit first: merges of many files per byte rewritten.
     candidates.sort(key=lambda g: (-len(g.files) / max(g.bytes, 1), g.generation))
     result.groups = candidates[: cfg.max_groups_per_run]
@@ -211,6 +260,29 @@ def _partition_groups(partition: tuple, files: list[DataFile], cfg: CompactionCo
     if len(batch) >= cfg.min_input_files:
         groups.append(_fresh_group(partition, batch))
     return groups  # a remainder below min_input_files waits for more data
+
+
+def _main_run_merge(partition: tuple, files: list[DataFile], cfg: CompactionConfig) -> Group | None:
+    """One group of every file of the partition when its bytes outside its largest run reach
+    ``main_run_merge_ratio`` of that run's (and all of them fit ``max_group_bytes``); else None."""
+    if cfg.main_run_merge_ratio <= 0:
+        return None
+    run_bytes: dict[str, int] = defaultdict(int)
+    for f in files:
+        if f.run is not None:
+            run_bytes[f.run] += f.size
+    if not run_bytes:
+        return None
+    main = max(run_bytes.values())
+    total = sum(f.size for f in files)
+    rest = total - main
+    if rest <= 0 or rest < cfg.main_run_merge_ratio * main or total > cfg.max_group_bytes:
+        return None
+    generation = min(MAX_GENERATION_IN_NAME, max(f.generation for f in files) + 1)
+    fresh = sum(1 for f in files if f.run is None)
+    return Group(partition, tuple(sorted(files, key=lambda f: f.path)), generation,
+                 f"merge into the main run: {rest / main:.0%} of its bytes outside it, "
+                 f"{len(run_bytes) - 1} other run(s) and {fresh} new file(s)")  # fmt: skip
 
 
 def _fresh_group(partition: tuple, files: list[DataFile]) -> Group:

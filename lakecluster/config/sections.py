@@ -175,6 +175,9 @@ class CompactionConfig:
     min_input_files: int = 4
     merge_fanout: int = 4
     max_generation: int = 6
+    # 0: off. Else a partition is re-clustered into one run once its bytes outside its largest run
+    # reach this share of that run's (planner.py).
+    main_run_merge_ratio: float = 0.0
     stop_timeout_s: float = 10.0
     # The layout chosen from the captured workload (docs/tuning.md, "The layout loop").
     auto_layout: Literal["off", "advise", "apply"] = "advise"

@@ -44,11 +44,14 @@ def live_table(files: list[DataFile]) -> pa.Table:
 
 @settings(max_examples=300, deadline=None)
 @given(files=tables(), fanout=st.integers(2, 5), max_generation=st.integers(1, 7),
-       group_mb=st.sampled_from([128, 300, 1024]), min_input=st.integers(1, 5))  # fmt: skip
+       group_mb=st.sampled_from([128, 300, 1024]), min_input=st.integers(1, 5),
+       main_ratio=st.sampled_from([0.0, 0.1, 0.5, 1.0, 3.0]))  # fmt: skip
 def test_plan_from_live_files_equals_plan_over_every_file(files: list[DataFile], fanout: int, max_generation: int,
-                                                          group_mb: int, min_input: int) -> None:  # fmt: skip
+                                                          group_mb: int, min_input: int,
+                                                          main_ratio: float) -> None:  # fmt: skip
     cfg = CompactionConfig(merge_fanout=fanout, max_generation=max_generation, max_group_bytes=group_mb * MB,
-                           min_input_files=min_input, max_groups_per_run=100)  # fmt: skip
+                           min_input_files=min_input, max_groups_per_run=100,
+                           main_run_merge_ratio=main_ratio)  # fmt: skip
     expected = plan_files(files, 7, cfg)
     got = plan_live(live_table(files), 7, ["year"], cfg)
     assert got == expected
@@ -73,3 +76,47 @@ def test_a_group_becomes_the_nearest_count_of_target_size_files() -> None:
     assert group.expected_files(target) == 300
     assert Group((), files[:1], 1, "cluster").expected_files(10 * target) == 1
     assert Group((), files[:3], 1, "cluster").expected_files(2 * target) == 2  # 1.5 files' worth
+
+
+def _run(gen: int, run: str, files: int, mb: int, partition: tuple = ()) -> list[DataFile]:
+    return [DataFile(f"part-g{gen:02d}-{run}-{i:05d}.parquet", mb * MB, 1000, partition, gen, run)
+            for i in range(files)]  # fmt: skip
+
+
+def test_a_partition_is_merged_into_its_main_run_once_enough_bytes_are_outside_it() -> None:
+    main = _run(7, "aa", 10, 100)  # 1,000 MB, settled (beyond max_generation)
+    others = _run(1, "bb", 2, 100) + _run(2, "cc", 1, 100)  # 300 MB in two runs
+    fresh = [DataFile(f"part-{i:05d}.parquet", 50 * MB, 100, (), 0, None) for i in range(2)]  # 100 MB
+    cfg = CompactionConfig(main_run_merge_ratio=0.5, max_group_bytes=4096 * MB, max_groups_per_run=100)
+    below = plan_files([*main, *others, *fresh], 1, cfg)  # 400 MB outside: 40 % < 50 %
+    assert all(not g.reason.startswith("merge into the main run") for g in below.groups)
+    assert all(f not in g.files for g in below.groups for f in main), "the main run stays as it is"
+    more = [DataFile(f"part-{i:05d}.parquet", 50 * MB, 100, (), 0, None) for i in range(2, 4)]  # 500 MB: 50 %
+    [whole] = plan_files([*main, *others, *fresh, *more], 1, cfg).groups
+    assert set(whole.files) == {*main, *others, *fresh, *more} and whole.generation == 8
+    assert whole.reason == "merge into the main run: 50% of its bytes outside it, 2 other run(s) and 4 new file(s)"
+    # The same table read as live files: the settled main run is planned too, and only then.
+    live = live_table([*main, *others, *fresh, *more]).drop_columns(["partition.year"])
+    assert plan_live(live, 1, [], cfg).groups == [whole]
+    off = plan_files([*main, *others, *fresh, *more], 1, CompactionConfig(max_group_bytes=4096 * MB))
+    assert all(f not in g.files for g in off.groups for f in main), "0 (the default) turns it off"
+
+
+def test_a_partition_too_big_for_one_group_is_not_merged_into_its_main_run() -> None:
+    main = _run(7, "aa", 10, 100)
+    fresh = [DataFile(f"part-{i:05d}.parquet", 100 * MB, 100, (), 0, None) for i in range(8)]
+    cfg = CompactionConfig(main_run_merge_ratio=0.5, max_group_bytes=1024 * MB)  # 1,800 MB would not fit
+    groups = plan_files([*main, *fresh], 1, cfg).groups
+    assert groups and all(f not in g.files for g in groups for f in main)
+    assert plan_live(live_table([*main, *fresh]).drop_columns(["partition.year"]), 1, [], cfg).groups == groups
+
+
+def test_each_partition_is_merged_into_its_own_main_run() -> None:
+    y92, y93 = (("year", "1992"),), (("year", None),)
+    files = [*_run(7, "aa", 4, 100, y92), *_run(1, "bb", 3, 100, y92),  # 1992: 300 MB outside 400: due
+             *_run(7, "cc", 4, 100, y93), *_run(1, "dd", 1, 100, y93)]  # null year: 100 MB outside 400: not due
+    cfg = CompactionConfig(main_run_merge_ratio=0.5, max_group_bytes=4096 * MB, max_groups_per_run=100)
+    expected = plan_files(files, 1, cfg)
+    merged = [g for g in expected.groups if g.reason.startswith("merge into the main run")]
+    assert [set(g.files) for g in merged] == [{f for f in files if f.partition == y92}]
+    assert plan_live(live_table(files), 1, ["year"], cfg) == expected
