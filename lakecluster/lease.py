@@ -5,11 +5,13 @@ however it dies (SIGKILL included), so a restart is never blocked by a stale loc
 
 Object stores have no locks: the lease is an object naming its holder and an expiry, renewed by a
 background thread every ``ttl/3``. A process finds it unexpired and refuses to start; a holder
-killed without releasing it blocks restarts for at most ``ttl``. Every write of it is conditional
+killed without releasing it blocks restarts for at most ``ttl``; one that cannot renew it for two
+thirds of the ttl stops by itself. Every write of it is conditional
 on the version read before it (S3 ``If-None-Match: *`` to create it, ``If-Match: <ETag>`` to take
 over an expired one or to renew it, ``storage.put_if``): of processes that found the same version,
 one writes and the others are refused, however far apart their reads and writes were, and a holder
-whose lease was taken over learns it at its next renewal.
+whose lease was taken over learns it at its next renewal. A release writes it as expired (on the
+version it holds), never deletes it: a delete could remove the lease of a process that took it over.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class Lease:
         self._handle = handle
         self._ttl_s = ttl_s
         self._etag: str | None = None  # on object stores, the version of the lease this holder wrote last
+        self._renewed = time.monotonic()  # when the store last took this holder's write of the lease
+        self._io = threading.Lock()  # one write of the lease at a time: the renewals and the release
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost = threading.Event()  # set if the renewal thread finds the lease taken over
@@ -109,28 +113,53 @@ class Lease:
             now = _parse(storage.read_versioned(uri, settings)) or {}
             raise LeaseHeldError(f"{info['purpose']}: another process took {uri} at the same moment: "
                                  f"{_describe(now)}")  # fmt: skip
+        if not lease._etag:
+            raise OSError(f"{uri}: the store sent no ETag for the lease it wrote; its renewals are conditional "
+                          "on one (If-Match), so this store cannot hold a lease")  # fmt: skip
+        lease._renewed = time.monotonic()
         lease._thread = threading.Thread(target=lease._renew, name="lakecluster-lease", daemon=True)
         lease._thread.start()
         return lease
 
-    def _body(self) -> bytes:
-        return json.dumps({**self.info, "expires": time.time() + self._ttl_s}).encode()
+    def _body(self, expires: float | None = None) -> bytes:
+        return json.dumps({**self.info, "expires": time.time() + self._ttl_s if expires is None else expires}).encode()
 
     def _renew(self) -> None:
-        while not self._stop.wait(self._ttl_s / 3):
+        wait = self._ttl_s / 3
+        while not self._stop.wait(wait):
+            wait = self._ttl_s / 3
             try:
                 if not self.renew():
                     return
-            except OSError as e:  # storage hiccup: retry at the next tick, the ttl covers it
+            except Exception as e:  # a storage hiccup (OSError) or anything else: the deadline below decides
                 log.warning("could not renew lease %s: %s", self.uri, e)
+                wait = self._ttl_s / 6  # sooner after a failure
+            unconfirmed = time.monotonic() - self._renewed
+            if unconfirmed > self._ttl_s * 2 / 3 and not self._stop.is_set():
+                # Its expiry comes at most a third of the ttl later; another process may take it then.
+                log.error("lease %s not renewed for %.0fs (its ttl is %.0fs): stopping before another process "
+                          "can take it over", self.uri, unconfirmed, self._ttl_s)  # fmt: skip
+                self.lost.set()
+                return
 
     def renew(self) -> bool:
         """Push the expiry ``ttl`` ahead, if this process still holds the lease; else set
-        :attr:`lost` and return False. (The renewal thread calls this every ``ttl/3``.)
+        :attr:`lost` and return False. After :meth:`release`, write nothing and return False.
+        (The renewal thread calls this every ``ttl/3``, and sets :attr:`lost` itself when no
+        renewal got through for two thirds of the ttl.)
 
         Raises:
             OSError: the store failed; nothing is known (the caller tries again).
         """
+        with self._io:
+            if self._stop.is_set():
+                return False
+            if not self._renew_version():
+                return False
+            self._renewed = time.monotonic()
+            return True
+
+    def _renew_version(self) -> bool:
         etag = storage.put_if(self.uri, self._body(), self.storage, etag=self._etag)
         if etag is not None:
             self._etag = etag
@@ -139,7 +168,7 @@ class Lease:
         held = _parse(found)
         if found is not None and held is not None and held.get("owner") == self.info["owner"]:
             # Ours still, in a version this process did not see: an earlier renewal whose answer was
-            # lost, or a store that sends no ETag. Renew that version.
+            # lost. Renew that version.
             self._etag = storage.put_if(self.uri, self._body(), self.storage, etag=found.etag)
             if self._etag is not None:
                 return True
@@ -156,6 +185,8 @@ class Lease:
         return False
 
     def release(self) -> None:
+        """Give the lease up. On object stores it is written as expired, only if it is still the
+        version this holder wrote last: a lease another process took over since stays theirs."""
         self._stop.set()
         if self._handle is not None:
             with contextlib.suppress(OSError):
@@ -165,12 +196,17 @@ class Lease:
             return
         if self._thread is not None:
             self._thread.join(timeout=5)
-        with contextlib.suppress(OSError):
-            held = _parse(storage.read_versioned(self.uri, self.storage))
-            if held is not None and held.get("owner") == self.info["owner"]:
-                # Still unexpired (renewed until the thread stopped): no one can have taken it since.
-                fs, path = storage.filesystem(self.uri, self.storage)
-                fs.delete_file(path)
+        if not self._io.acquire(timeout=5):  # a renewal stuck in the store: the lease expires by itself
+            log.warning("lease %s not released (a renewal is still waiting on the store); it expires "
+                        "within %.0fs", self.uri, self._ttl_s)  # fmt: skip
+            return
+        try:
+            if self._etag:  # conditional on this holder's version: safe even when another took it over
+                storage.put_if(self.uri, self._body(expires=0), self.storage, etag=self._etag)
+        except OSError as e:
+            log.warning("lease %s not released (%s); it expires within %.0fs", self.uri, e, self._ttl_s)
+        finally:
+            self._io.release()
 
     def __enter__(self) -> Lease:
         return self

@@ -301,7 +301,8 @@ class StreamJob:
                 query.stop()
         if lease.lost.is_set():
             HEALTH.failed(HEALTH_NAME, f"lost the stream's lease {lease.uri}")
-            raise FatalServiceError(f"lost the stream's lease {lease.uri} to another process")
+            raise FatalServiceError(f"lost the stream's lease {lease.uri}: another process took it over, or it "
+                                    "could not be renewed in time (the log says which)")  # fmt: skip
         exc = query.exception()
         if exc is None or self._gate.stopping:
             return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -31,7 +32,10 @@ def test_a_second_holder_is_refused_on_s3_until_the_first_releases(s3, s3_prefix
     with pytest.raises(LeaseHeldError, match=r"stream b is already running: pid \d+ .*expires in \d+s"):
         Lease.acquire(uri, "stream b", storage=settings)
     first.release()
-    assert storage.read_versioned(uri, settings) is None, "a release deletes the holder's lease"
+    released = json.loads(storage.read_versioned(uri, settings).data)  # type: ignore[union-attr]
+    assert released["owner"] == first.info["owner"] and released["expires"] == 0, "written as expired"
+    assert not first.renew(), "a released lease is never written again"
+    assert json.loads(storage.read_versioned(uri, settings).data) == released  # type: ignore[union-attr]
     Lease.acquire(uri, "stream b", storage=settings).release()
 
 
@@ -100,21 +104,26 @@ def test_of_processes_taking_over_an_expired_lease_at_once_exactly_one_does_on_s
     held[0].release()
 
 
-def test_a_holder_whose_expired_lease_was_taken_over_learns_it_at_its_next_renewal_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_holder_whose_expired_lease_was_taken_over_learns_it_at_its_next_renewal_on_s3(
+    s3, s3_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
     """A holder stalled past its ttl (a long pause, a partition) finds at its next renewal that another
     process took the lease: it sets ``lost`` (the stream stops) and does not write it back."""
     settings = StorageConfig(**s3.storage_settings())
     uri = f"{s3_prefix}lease"
     stalled = Lease.acquire(uri, "stream a", storage=settings, ttl_s=1.0)
-    stalled._stop.set()  # its renewals stop, as in a process that stalls
-    assert stalled._thread is not None
-    stalled._thread.join(timeout=5)
+    stalled._io.acquire()  # its renewal thread waits here, as a process that stalls
     time.sleep(1.2)
     successor = Lease.acquire(uri, "stream b", storage=settings, ttl_s=30)
-    assert not stalled.renew() and stalled.lost.is_set()
+    with caplog.at_level("ERROR", logger="lakecluster.lease"):
+        stalled._io.release()
+        assert stalled.lost.wait(timeout=5)
+    assert any("was taken over by pid" in r.getMessage() for r in caplog.records)
     assert json.loads(storage.read_versioned(uri, settings).data)["owner"] == successor.info["owner"]  # type: ignore[union-attr]
-    stalled.release()  # not its lease any more: left alone
-    assert storage.read_versioned(uri, settings) is not None
+    stalled.release()  # not its lease any more: left alone (a delete here would free it for a third process)
+    assert json.loads(storage.read_versioned(uri, settings).data)["owner"] == successor.info["owner"]  # type: ignore[union-attr]
+    with pytest.raises(LeaseHeldError, match="stream b"):
+        Lease.acquire(uri, "stream c", storage=settings)
     assert successor.renew() and not successor.lost.is_set()
     successor.release()
 
@@ -129,4 +138,19 @@ def test_a_renewal_whose_answer_was_lost_does_not_lose_the_lease_on_s3(s3, s3_pr
     assert holder.renew() and not holder.lost.is_set()
     assert holder._etag == storage.read_versioned(uri, settings).etag  # type: ignore[union-attr]
     holder.release()
-    assert storage.read_versioned(uri, settings) is None
+    assert json.loads(storage.read_versioned(uri, settings).data)["expires"] == 0  # type: ignore[union-attr]
+
+
+def test_a_holder_that_cannot_renew_stops_before_its_lease_expires_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """The store refuses every renewal (here: its credentials stop working). The holder cannot know
+    whether another process takes the lease once it expires, so it sets ``lost`` (the stream stops)
+    before the expiry it last wrote."""
+    settings = StorageConfig(**s3.storage_settings())
+    uri = f"{s3_prefix}lease"
+    holder = Lease.acquire(uri, "stream a", storage=settings, ttl_s=3.0)
+    expires = json.loads(storage.read_versioned(uri, settings).data)["expires"]  # type: ignore[union-attr]
+    holder.storage = replace(settings, s3_secret_access_key="not-the-secret")  # every renewal is refused (403)
+    assert holder.lost.wait(timeout=5), "lost set"
+    assert time.time() < expires, "before the lease it last wrote expired"
+    holder.storage = settings
+    holder.release()
