@@ -74,6 +74,11 @@ POLICIES = (
         "tiered",
         {"compaction.main_run_merge_ratio": "0.25", "compaction.merge_fanout": "8"},
     ),
+    Policy(
+        "tiered + main-run merge at 0.35, fan-out 8",
+        "tiered",
+        {"compaction.main_run_merge_ratio": "0.35", "compaction.merge_fanout": "8"},
+    ),
     Policy("tiered + main-run merge at 1.0 (fan-out 4)", "tiered", {"compaction.main_run_merge_ratio": "1.0"}),
     Policy("whole table re-clustered every 2 rounds", "full", full_every=2),
     Policy("whole table re-clustered every 8 rounds", "full", full_every=8),
