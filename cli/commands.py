@@ -131,6 +131,7 @@ def compact(ctx: Context) -> int:
     """``lakecluster compact``: the table must exist (opened before anything else); ``--dry-run`` plans
     only; ``--where`` limits it to the files that can match; ``--full`` re-clusters after a layout change."""
     from lakecluster.compaction.loop import Compactor, describe_plan
+    from lakecluster.compaction.planner import Group
     from lakecluster.shutdown import MARGIN_S, install_signal_handlers
 
     args, config = ctx.args, ctx.config
@@ -138,11 +139,14 @@ def compact(ctx: Context) -> int:
     compactor = Compactor(config, table=ctx.table, scope=scope, full=args.full)
     if args.dry_run:
         the_plan = compactor.plan()
-        per_row = compactor.compacted_bytes_per_row()
+
+        def per_row(group: Group) -> float | None:
+            return compactor.compacted_bytes_per_row(group.partition_values)
+
         data: dict[str, Any] = {"table_version": the_plan.table_version, "groups": [
             {"partition": dict(g.partition), "files": [f.path for f in g.files], "bytes": g.bytes, "rows": g.rows,
              "generation": g.generation, "reason": g.reason,
-             "expected_files": g.expected_files(config.compaction.target_file_bytes, per_row)}
+             "expected_files": g.expected_files(config.compaction.target_file_bytes, per_row(g))}
             for g in the_plan.groups]}  # fmt: skip
         data["bytes"] = sum(g.bytes for g in the_plan.groups)
         if args.where is not None:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -347,7 +347,10 @@ class Compactor:
         """This round's groups: the planner's, within the scope; with ``full``, the files still off
         the current layout in front of them."""
         version, files = self.in_scope()
-        the_plan = plan_live(files, version, self.spec.partition_by, self.config.compaction)
+        cfg = self.config.compaction
+        if self.scope is not None:  # only some files of a partition: merging them would split its main run
+            cfg = dataclasses.replace(cfg, main_run_merge_ratio=0.0)
+        the_plan = plan_live(files, version, self.spec.partition_by, cfg)
         if not self.full:
             if self.adoption is not None and self.config.compaction.auto_layout == "apply":
                 return self._auto_relayout(the_plan, files)
@@ -459,14 +462,20 @@ class Compactor:
         self._without_stats.check(data_columns, configuration)
         return stats_columns(data_columns, configuration)
 
-    def compacted_bytes_per_row(self) -> float | None:
-        """Bytes per row of the live files compaction wrote (generation 1 and up), None before the
-        first: how the output of the next group will compress (``Group.expected_files``)."""
+    def compacted_bytes_per_row(self, partition: Mapping[str, str | None] | None = None) -> float | None:
+        """Bytes per row of the live files compaction wrote (generation 1 and up) in ``partition``,
+        or in the whole table when that partition has none; None before the first: how the output
+        of the next group will compress (``Group.expected_files``)."""
         _, files = self.live.snapshot()
         compacted = pc.and_(pc.greater_equal(files["generation"], 1), pc.greater(files["rows"], 0))
-        rows = pc.sum(pc.if_else(compacted, files["rows"], 0)).as_py() or 0
-        size = pc.sum(pc.if_else(compacted, files["size"], 0)).as_py() or 0
-        return size / rows if rows > 0 and size > 0 else None
+        if partition:
+            inside = compacted
+            for name, value in partition.items():
+                column = files[f"partition.{name}"]
+                inside = pc.and_(inside, pc.is_null(column) if value is None else pc.equal(column, value))
+            if (per_row := _bytes_per_row(files, inside)) is not None:
+                return per_row
+        return _bytes_per_row(files, compacted)
 
     def compact_group(self, group: Group, sketches: BoundarySketches) -> GroupResult:
         cfg = self.config.compaction
@@ -476,7 +485,7 @@ class Compactor:
             metrics.COMPACTION_GROUPS.labels("skipped").inc()
             return GroupResult(group, "skipped", 0, 0, 0.0, None, 0.0, 0.0,
                                "inputs already rewritten by another compactor")  # fmt: skip
-        n_out = group.expected_files(cfg.target_file_bytes, self.compacted_bytes_per_row())
+        n_out = group.expected_files(cfg.target_file_bytes, self.compacted_bytes_per_row(group.partition_values))
         layout = ClusteringLayout.build(
             sketches, self.config.table.clustering_columns, curve=cfg.curve, target_cells=n_out,
             k=self.config.sketches.boundaries, weights=cfg.weights(),
@@ -746,8 +755,15 @@ class BackgroundCompactor:
             self._thread.join(timeout_s)
 
 
+def _bytes_per_row(files: pa.Table, mask: pa.ChunkedArray) -> float | None:
+    mask = pc.fill_null(mask, False)
+    rows = pc.sum(pc.if_else(mask, files["rows"], 0)).as_py() or 0
+    size = pc.sum(pc.if_else(mask, files["size"], 0)).as_py() or 0
+    return size / rows if rows > 0 and size > 0 else None
+
+
 def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False, where: str | None = None,
-                  bytes_per_row: float | None = None) -> str:  # fmt: skip
+                  bytes_per_row: Callable[[Group], float | None] | None = None) -> str:  # fmt: skip
     """The plan as text: the table (the files that can match ``where``, if given), each group of this
     round (its files as ``Group.expected_files`` counts them with ``bytes_per_row``), and with
     ``full`` what the whole pass has left to re-cluster (this round's groups included)."""
@@ -761,7 +777,8 @@ def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False,
     for i, g in enumerate(the_plan.groups, 1):
         lines.append(
             f"  {i}. partition {dict(g.partition) or '-'}: {len(g.files)} files, {human_bytes(g.bytes)}, "
-            f"{g.rows} rows -> ~{g.expected_files(target_file_bytes, bytes_per_row)} file(s) of generation "
+            f"{g.rows} rows -> ~{g.expected_files(target_file_bytes, bytes_per_row and bytes_per_row(g))} file(s) "
+            f"of generation "
             f"{g.generation}; why: {g.reason}"
         )
     return "\n".join(lines)

@@ -17,7 +17,9 @@ and unclustered. A compaction writes one clustered run of generation ``g`` (its 
 
 Each row is rewritten at most once per generation, so write amplification is bounded by about
 ``max_generation`` + 1, and the work of a run grows with new data, not with the table size.
-Large files of settled runs are never touched.
+Large files of settled runs are never touched. (Merges into the main run do rewrite them: each
+makes a run one generation above the partition's highest, so generations then pass
+``max_generation``.)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +53,16 @@ class DataFile:
     @property
     def partition_values(self) -> dict[str, str | None]:
         return dict(self.partition)
+
+
+def compacted_bytes_per_row(files: Iterable[DataFile]) -> float | None:
+    """Bytes per row of the compacted files (generation 1 and up, with a row count) among ``files``;
+    None if there is none (``Group.expected_files``)."""
+    size = rows = 0
+    for f in files:
+        if f.generation >= 1 and f.rows > 0:
+            size, rows = size + f.size, rows + f.rows
+    return size / rows if rows > 0 and size > 0 else None
 
 
 def file_run(path: str) -> tuple[int, str | None]:
@@ -86,11 +98,13 @@ class Group:
         hold per row: sorted and clustered, rows compress better than in the stream's files (about
         a quarter on the built-in generator's), so counting the input's bytes would make files
         that much smaller than the target. Without ``bytes_per_row`` (no file compacted yet, or no
-        row counts), the input's bytes. Never more than the input's bytes: a merge of compacted
-        runs makes as many files as their bytes, none smaller than its inputs'."""
+        row counts), the input's bytes. Never more than the input's bytes (a merge of compacted
+        runs makes as many files as their bytes, none smaller than its inputs'), nor less than half."""
         estimate = float(self.bytes)
         if bytes_per_row and all(f.rows > 0 for f in self.files):
-            estimate = min(estimate, self.rows * bytes_per_row)
+            # At least half the input: a figure learned on other rows (another partition, columns
+            # added since) makes files at most twice the target.
+            estimate = max(min(estimate, self.rows * bytes_per_row), estimate / 2)
         return max(1, math.floor(estimate / target_file_bytes + 0.5))
 
 
@@ -166,19 +180,17 @@ def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: Co
 
 
 def _partition_keys(live: pa.Table, parts: Sequence[str]) -> pa.Array:
-    """One text per file naming its partition (``_partition_key`` of its values)."""
+    """One text per file naming its partition, as ``_partition_key`` writes it: each value as its
+    length, a colon and itself, a null as "n" (no two partitions share a text, whatever their values)."""
     if not parts:
         return pa.array([""] * live.num_rows, pa.string())
-    if len(parts) == 1:
-        return pc.fill_null(live[parts[0]], _NULL).combine_chunks()
-    return pc.binary_join_element_wise(*[pc.fill_null(live[c], _NULL) for c in parts], "\x00").combine_chunks()
-
-
-_NULL = "\x00null"
+    pieces = [pc.fill_null(pc.binary_join_element_wise(pc.cast(pc.utf8_length(live[c]), pa.string()), live[c], ":"),
+                           "n") for c in parts]  # fmt: skip
+    return pc.binary_join_element_wise(*pieces, "").combine_chunks() if len(pieces) > 1 else pieces[0].combine_chunks()
 
 
 def _partition_key(partition: tuple[tuple[str, str | None], ...]) -> str:
-    return "\x00".join(_NULL if v is None else v for _, v in partition)
+    return "".join("n" if v is None else f"{len(v)}:{v}" for _, v in partition)
 
 
 def _due_for_main_run_merge(partition_key: pa.Array, run: pa.ChunkedArray, size: pa.ChunkedArray,
@@ -207,14 +219,18 @@ def plan_files(files: Sequence[DataFile], version: int, cfg: CompactionConfig,
     by_partition: dict[tuple, list[DataFile]] = defaultdict(list)
     for f in files:
         by_partition[f.partition].append(f)
-    candidates: list[Group] = []
+    candidates: list[tuple[float, Group]] = []
     for partition, pfiles in sorted(by_partition.items(), key=lambda kv: str(kv[0])):
         whole = complete is None or _partition_key(partition) in complete
         main = _main_run_merge(partition, pfiles, cfg) if whole else None
-        candidates.extend([main] if main is not None else _partition_groups(partition, pfiles, cfg))
-    # Most benefit first: merges of many files per byte rewritten.
-    candidates.sort(key=lambda g: (-len(g.files) / max(g.bytes, 1), g.generation))
-    result.groups = candidates[: cfg.max_groups_per_run]
+        if main is not None:
+            candidates.append(main)
+        else:
+            candidates.extend((len(g.files) / max(g.bytes, 1), g) for g in _partition_groups(partition, pfiles, cfg))
+    # Most benefit first: merges of many files per byte rewritten (for a merge into the main run,
+    # the files outside it: those are what the partition would otherwise rewrite).
+    candidates.sort(key=lambda c: (-c[0], c[1].generation))
+    result.groups = [g for _, g in candidates[: cfg.max_groups_per_run]]
     return result
 
 
@@ -262,9 +278,10 @@ def _partition_groups(partition: tuple, files: list[DataFile], cfg: CompactionCo
     return groups  # a remainder below min_input_files waits for more data
 
 
-def _main_run_merge(partition: tuple, files: list[DataFile], cfg: CompactionConfig) -> Group | None:
+def _main_run_merge(partition: tuple, files: list[DataFile], cfg: CompactionConfig) -> tuple[float, Group] | None:
     """One group of every file of the partition when its bytes outside its largest run reach
-    ``main_run_merge_ratio`` of that run's (and all of them fit ``max_group_bytes``); else None."""
+    ``main_run_merge_ratio`` of that run's (and all of them fit ``max_group_bytes``), with the files
+    per byte outside the main run (its rank among the round's groups); else None."""
     if cfg.main_run_merge_ratio <= 0:
         return None
     run_bytes: dict[str, int] = defaultdict(int)
@@ -280,7 +297,9 @@ def _main_run_merge(partition: tuple, files: list[DataFile], cfg: CompactionConf
         return None
     generation = min(MAX_GENERATION_IN_NAME, max(f.generation for f in files) + 1)
     fresh = sum(1 for f in files if f.run is None)
-    return Group(partition, tuple(sorted(files, key=lambda f: f.path)), generation,
+    main_run = max(run_bytes, key=lambda r: run_bytes[r])
+    outside = sum(1 for f in files if f.run != main_run)
+    return outside / rest, Group(partition, tuple(sorted(files, key=lambda f: f.path)), generation,
                  f"merge into the main run: {rest / main:.0%} of its bytes outside it, "
                  f"{len(run_bytes) - 1} other run(s) and {fresh} new file(s)")  # fmt: skip
 

@@ -24,6 +24,7 @@ def test_expected_files_counts_rows_at_the_compacted_bytes_per_row() -> None:
     assert group.expected_files(1_000, bytes_per_row=7.4) == 7
     assert group.expected_files(1_000, bytes_per_row=30.0) == 10, "never more than the input's bytes"
     assert group.expected_files(100_000, bytes_per_row=7.5) == 1
+    assert group.expected_files(1_000, bytes_per_row=2.0) == 5, "at least half the input's bytes"
     unknown = Group((), (*files[:9], DataFile("f9", 1_000, 0, (), 0, None)), 1, "new files")
     assert unknown.expected_files(1_000, bytes_per_row=7.5) == 10, "a file without a row count: the bytes"
 
@@ -62,3 +63,22 @@ def test_files_written_after_the_first_compaction_are_about_the_target_size(spar
     assert row_multiset(read_delta(table)) == row_multiset(before)
     actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
     assert sum(actions["num_records"].to_pylist()) == 48_000
+
+
+def test_the_bytes_per_row_are_the_groups_partitions_when_it_has_compacted_files() -> None:
+    """A partition of wide rows beside a table of narrow ones: its own figure, not the table's."""
+    live = pa.table({
+        "size": pa.array([100, 100, 9_000, 50], pa.int64()), "rows": pa.array([10, 10, 10, 10], pa.int64()),
+        "partition.kind": ["narrow", "narrow", "wide", None], "generation": pa.array([1, 2, 1, 0], pa.int32()),
+    })  # fmt: skip
+
+    class View:
+        def snapshot(self) -> tuple[int, pa.Table]:
+            return 3, live
+
+    compactor = Compactor.__new__(Compactor)
+    compactor.live = View()  # type: ignore[assignment]
+    assert compactor.compacted_bytes_per_row({"kind": "wide"}) == 900
+    assert compactor.compacted_bytes_per_row({"kind": "narrow"}) == 10
+    assert compactor.compacted_bytes_per_row({"kind": None}) == 9_200 / 30, "none compacted there: the table's"
+    assert compactor.compacted_bytes_per_row() == 9_200 / 30

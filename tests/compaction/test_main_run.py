@@ -34,7 +34,12 @@ def test_a_partition_with_enough_bytes_outside_its_main_run_becomes_one_run(spar
     # Off (the default): the new files become a run of their own beside the first.
     off = Compactor(config, spark=spark)
     assert all(not g.reason.startswith("merge into the main run") for g in off.plan().groups)
-    on = Compactor(replace(config, compaction=replace(config.compaction, main_run_merge_ratio=0.5)), spark=spark)
+    merging = replace(config, compaction=replace(config.compaction, main_run_merge_ratio=0.5))
+    # compact --where: a scope of some files of the partition never merges them into a main run.
+    everything = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))["path"].to_pylist()
+    scoped = Compactor(merging, spark=spark, scope=lambda: everything)
+    assert scoped.plan().groups and all(not g.reason.startswith("merge into") for g in scoped.plan().groups)
+    on = Compactor(merging, spark=spark)
     [group] = on.plan().groups
     share = re.fullmatch(r"merge into the main run: (\d+)% of its bytes outside it, 0 other run\(s\) and "
                          r"(\d+) new file\(s\)", group.reason)  # fmt: skip

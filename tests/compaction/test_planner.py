@@ -120,3 +120,39 @@ def test_each_partition_is_merged_into_its_own_main_run() -> None:
     merged = [g for g in expected.groups if g.reason.startswith("merge into the main run")]
     assert [set(g.files) for g in merged] == [{f for f in files if f.partition == y92}]
     assert plan_live(live_table(files), 1, ["year"], cfg) == expected
+
+
+def test_partition_values_that_look_alike_are_told_apart() -> None:
+    """Values holding the separator or the text a null once became: each is its own partition."""
+    one = (("year", "\x00null"),)
+    null = (("year", None),)
+    files = [*_run(7, "aa", 4, 100, one), *_run(1, "bb", 3, 100, one), *_run(7, "cc", 10, 100, null),
+             *_run(1, "dd", 1, 100, null)]  # fmt: skip
+    cfg = CompactionConfig(main_run_merge_ratio=0.5, max_group_bytes=1024 * MB, max_groups_per_run=100)
+    expected = plan_files(files, 1, cfg)
+    assert [g.partition for g in expected.groups if g.reason.startswith("merge into the main run")] == [one]
+    assert plan_live(live_table(files), 1, ["year"], cfg) == expected
+    two = [*_run(7, "ee", 4, 100, (("a", "x\x00y"), ("b", "z"))), *_run(1, "ff", 3, 100, (("a", "x\x00y"), ("b", "z"))),
+           *_run(7, "gg", 10, 100, (("a", "x"), ("b", "y\x00z")))]  # fmt: skip
+    table = pa.table({"path": [f.path for f in two], "size": pa.array([f.size for f in two], pa.int64()),
+                      "rows": pa.array([f.rows for f in two], pa.int64()),
+                      "partition.a": [f.partition_values["a"] for f in two],
+                      "partition.b": [f.partition_values["b"] for f in two],
+                      "generation": pa.array([f.generation for f in two], pa.int32()),
+                      "run": [f.run for f in two]})  # fmt: skip
+    expected = plan_files(two, 1, cfg)
+    assert [g.partition for g in expected.groups] == [(("a", "x\x00y"), ("b", "z"))]
+    assert plan_live(table, 1, ["a", "b"], cfg) == expected
+
+
+def test_a_merge_into_the_main_run_ranks_by_the_files_outside_the_main_run() -> None:
+    """Ranked by all its files per byte, the merge of a big main run would come after every group of
+    new files and wait behind them round after round (``max_groups_per_run``)."""
+    due = (("year", "1992"),)
+    busy = (("year", "1993"),)
+    files = [*_run(7, "aa", 6, 100, due)]
+    files += [DataFile(f"p92/part-{i:05d}.parquet", 10 * MB, 100, due, 0, None) for i in range(30)]  # 300 MB
+    files += [DataFile(f"p93/part-{i:05d}.parquet", 20 * MB, 100, busy, 0, None) for i in range(10)]
+    cfg = CompactionConfig(main_run_merge_ratio=0.5, max_group_bytes=4096 * MB, max_groups_per_run=1)
+    [first] = plan_files(files, 1, cfg).groups  # 30 files per 300 MB outside beats 10 per 200 MB
+    assert first.partition == due and first.reason.startswith("merge into the main run")
