@@ -33,7 +33,7 @@ from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError, Pre
 from obstore.store import S3Store
 
 if TYPE_CHECKING:
-    from obstore.store import S3Config
+    from obstore.store import S3Config, S3Credential
 
 from lakecluster.config import StorageConfig
 from lakecluster.uris import bucket_key, is_local, is_s3, normalize
@@ -299,6 +299,16 @@ def _object_store(uri: str, bucket: str, storage: StorageConfig) -> S3Store:
         if store is None:
             # delta-rs's option names (aws_endpoint, AWS_ALLOW_HTTP, ...) are object_store's own keys.
             options = cast("S3Config", delta_options(uri, storage) or {})
-            store = S3Store(bucket, config=options)
+            s = S3Settings.of(storage)
+            if s.access_key_id and s.secret_access_key:
+                # As a credential provider, not as options: S3Store also reads the AWS environment,
+                # and would sign the configured key with the shell's AWS_SESSION_TOKEN (403).
+                for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+                    options.pop(name, None)  # type: ignore[misc]
+                credential: S3Credential = {"access_key_id": s.access_key_id, "secret_access_key": s.secret_access_key,
+                                            "token": s.session_token, "expires_at": None}  # fmt: skip
+                store = S3Store(bucket, config=options, credential_provider=lambda: credential)
+            else:
+                store = S3Store(bucket, config=options)
             _stores[(storage, bucket)] = store
     return store

@@ -132,3 +132,18 @@ def test_put_if_replaces_only_the_version_it_names_on_s3(s3, s3_prefix: str) -> 
     assert storage.read_versioned(uri, settings) is None
     with pytest.raises(ValueError, match="unsupported storage scheme"):
         storage.put_if("gs://b/k", b"x", settings, etag=None)
+
+
+def test_conditional_writes_use_the_configured_key_whole_beside_a_shell_session_token(
+    s3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The config names a key and a secret; the shell holds another identity's AWS_SESSION_TOKEN.
+    object_store's S3Store reads the environment too, and signed the configured key with that token:
+    the store refused every conditional write (403), so neither a lease nor an adoption could be
+    written."""
+    settings = StorageConfig(**s3.storage_settings())
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "another-identitys-token")
+    monkeypatch.setattr(storage, "_stores", {})  # clients built from now on, with this environment
+    assert storage.put_if(f"{s3_prefix}lease", b"one", settings, etag=None)
+    assert storage.create_if_absent(f"{s3_prefix}adoption.json", b"{}", settings)
+    assert storage.read_versioned(f"{s3_prefix}lease", settings).data == b"one"  # type: ignore[union-attr]
