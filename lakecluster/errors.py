@@ -119,6 +119,11 @@ class LeaseHeldError(LakeclusterError):
     """Another process already runs this stream (or holds the lease it needs)."""
 
 
+class LeaseLostError(LakeclusterError):
+    """This process no longer holds the lease it needs: another process took it over, or it could
+    not be renewed in time. Nothing more is committed under it."""
+
+
 class FatalServiceError(LakeclusterError):
     """A service met a fault that retrying cannot fix; it stops with a non-zero exit code."""
 

@@ -106,6 +106,7 @@ class Lease:
                 f"if that process is gone the lease expires in {left:.0f}s)"
             )
         lease = cls(uri, info, None, ttl_s, settings)
+        sent = time.monotonic()  # the expiry written counts from about now, not from the answer
         # Free, or expired: replace exactly the version read. Another process that wrote since
         # (created it, or took the expired one over first) makes this write fail.
         lease._etag = storage.put_if(uri, lease._body(), settings, etag=None if found is None else found.etag)
@@ -116,7 +117,7 @@ class Lease:
         if not lease._etag:
             raise OSError(f"{uri}: the store sent no ETag for the lease it wrote; its renewals are conditional "
                           "on one (If-Match), so this store cannot hold a lease")  # fmt: skip
-        lease._renewed = time.monotonic()
+        lease._renewed = sent
         lease._thread = threading.Thread(target=lease._renew, name="lakecluster-lease", daemon=True)
         lease._thread.start()
         return lease
@@ -134,19 +135,32 @@ class Lease:
             except Exception as e:  # a storage hiccup (OSError) or anything else: the deadline below decides
                 log.warning("could not renew lease %s: %s", self.uri, e)
                 wait = self._ttl_s / 6  # sooner after a failure
-            unconfirmed = time.monotonic() - self._renewed
-            if unconfirmed > self._ttl_s * 2 / 3 and not self._stop.is_set():
-                # Its expiry comes at most a third of the ttl later; another process may take it then.
-                log.error("lease %s not renewed for %.0fs (its ttl is %.0fs): stopping before another process "
-                          "can take it over", self.uri, unconfirmed, self._ttl_s)  # fmt: skip
-                self.lost.set()
+            if not self._stop.is_set() and not self.valid():
                 return
+
+    def valid(self) -> bool:
+        """Whether this process may still act as the holder: the lease is not lost and, on object
+        stores, a renewal sent within the last two thirds of the ttl got through (so the expiry it
+        wrote is at least a third of the ttl away). Sets :attr:`lost` when the time has run out, also
+        while a renewal is still waiting on the store: a caller checks this just before it commits."""
+        if self.lost.is_set():
+            return False
+        if self._handle is not None or self._ttl_s <= 0:
+            return True  # a flock: held until this process ends or releases it
+        unconfirmed = time.monotonic() - self._renewed
+        if unconfirmed > self._ttl_s * 2 / 3:
+            # Its expiry comes at most a third of the ttl later; another process may take it then.
+            log.error("lease %s not renewed for %.0fs (its ttl is %.0fs): stopping before another process "
+                      "can take it over", self.uri, unconfirmed, self._ttl_s)  # fmt: skip
+            self.lost.set()
+            return False
+        return True
 
     def renew(self) -> bool:
         """Push the expiry ``ttl`` ahead, if this process still holds the lease; else set
         :attr:`lost` and return False. After :meth:`release`, write nothing and return False.
-        (The renewal thread calls this every ``ttl/3``, and sets :attr:`lost` itself when no
-        renewal got through for two thirds of the ttl.)
+        (The renewal thread calls this every ``ttl/3``; :meth:`valid` turns false when no renewal
+        got through for two thirds of the ttl.)
 
         Raises:
             OSError: the store failed; nothing is known (the caller tries again).
@@ -154,9 +168,10 @@ class Lease:
         with self._io:
             if self._stop.is_set():
                 return False
+            sent = time.monotonic()
             if not self._renew_version():
                 return False
-            self._renewed = time.monotonic()
+            self._renewed = sent
             return True
 
     def _renew_version(self) -> bool:
@@ -203,6 +218,7 @@ class Lease:
         try:
             if self._etag:  # conditional on this holder's version: safe even when another took it over
                 storage.put_if(self.uri, self._body(expires=0), self.storage, etag=self._etag)
+                self._etag = None  # released: a second release writes nothing
         except OSError as e:
             log.warning("lease %s not released (%s); it expires within %.0fs", self.uri, e, self._ttl_s)
         finally:

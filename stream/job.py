@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -15,7 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 from lakecluster import metrics, progress, shutdown
 from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.config import Config
-from lakecluster.errors import FatalServiceError, LakeclusterError
+from lakecluster.errors import FatalServiceError, LakeclusterError, LeaseLostError
 from lakecluster.health import HEALTH
 from lakecluster.lease import Lease
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
@@ -134,6 +134,7 @@ class StreamJob:
         self._gate = _StopGate()
         self._spark = spark
         self._checkpoints: BackgroundCheckpoints | None = None
+        self._lease: Lease | None = None  # held while the query runs
         self.reports: list[BatchReport] = []
         self.restarts = 0
         # Called once the tables exist and the query runs (``lakecluster run`` starts its compactor).
@@ -145,6 +146,12 @@ class StreamJob:
         for kind in FAULT_KINDS:
             metrics.SERVICE_FAILURES.labels(HEALTH_NAME, kind)
         metrics.SERVICE_RESTARTS.labels(HEALTH_NAME)
+
+    def _check_lease(self) -> None:
+        """Before each commit: a process whose lease is lost (or not renewed in time) commits nothing."""
+        if self._lease is not None and not self._lease.valid():
+            self._gate.close()
+            raise LeaseLostError(f"the stream's lease {self._lease.uri} is lost: this micro-batch is not committed")
 
     def _handle_batch(self, sink: StreamSink) -> Callable[[DataFrame, int], None]:
         def handle(df: DataFrame, batch_id: int) -> None:
@@ -209,6 +216,7 @@ class StreamJob:
         self._checkpoints = BackgroundCheckpoints(spark, name="stream-delta-checkpoints")
         try:
             # Also at a forced exit (shutdown.py): a restart need not wait for the lease to expire.
+            self._lease = lease
             with shutdown.released_on_forced_exit(lease.release):
                 self._supervise(spark, lease)
         finally:
@@ -232,7 +240,7 @@ class StreamJob:
         start = resume.prepare(table, quarantine=source.quarantines, configured_offsets=source.configured_offsets(),
                                complete_offsets=source.resume_offsets())  # fmt: skip
         sink = StreamSink(table, source, spark, start, on_batch=self._record, after_commit=self._after_commit(),
-                          checkpoints=self._checkpoints)  # fmt: skip
+                          checkpoints=self._checkpoints, before_commit=self._check_lease)  # fmt: skip
         writer = (
             source.frame(spark, start.starting_offsets if start.resumed_from == "table" else None)
             .writeStream.foreachBatch(self._handle_batch(sink))
@@ -248,6 +256,8 @@ class StreamJob:
     def _supervise(self, spark: SparkSession, lease: Lease) -> None:
         backoff = Backoff(self.config.retry)
         while True:
+            if not lease.valid():  # lost during a retry's wait: start nothing
+                self._lost(lease)
             query = self._start(spark)
             metrics.STREAM_PROGRESS.set(time.time())
             if self.on_started is not None:
@@ -273,18 +283,18 @@ class StreamJob:
             metrics.SERVICE_RESTARTS.labels("stream").inc()
             deadline = time.monotonic() + delay
             while time.monotonic() < deadline:
-                if self._gate.stopping:
-                    return
+                if self._gate.stopping or not lease.valid():
+                    break
                 time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-            if self.available_now and not self.reports:
-                pass  # an availableNow run retries until it has processed what was available
+            if self._gate.stopping and lease.valid():
+                return
 
     def _watch(self, query: StreamingQuery, lease: Lease) -> str | None:
         """Wait for the query to end; None when it ended by a stop or ran out of work, else the failure."""
         source_wait = SourceWait(self.config.stream.source_wait_warning_s)
         try:
             while query.isActive:
-                if self._gate.stopping or lease.lost.is_set():  # stopping: also once max_batches ran (_record)
+                if self._gate.stopping or not lease.valid():  # stopping: also once max_batches ran (_record)
                     break
                 try:
                     query.awaitTermination(0.2)  # type: ignore[arg-type]  # seconds; a float works
@@ -295,18 +305,27 @@ class StreamJob:
         finally:
             source_wait.end()
             if query.isActive:
-                # Abandoned after the timeout: its files were never committed (vacuum deletes
-                # them), and a commit it made is skipped when the batch is replayed.
-                self._gate.request_stop(self.config.stream.stop_timeout_s)
+                if lease.lost.is_set():
+                    # Another process may hold it now: no waiting for the micro-batch in flight
+                    # (its commit checks the lease first and fails; a replay skips what it did commit).
+                    self._gate.close()
+                else:
+                    # Abandoned after the timeout: its files were never committed (vacuum deletes
+                    # them), and a commit it made is skipped when the batch is replayed.
+                    self._gate.request_stop(self.config.stream.stop_timeout_s)
                 query.stop()
         if lease.lost.is_set():
-            HEALTH.failed(HEALTH_NAME, f"lost the stream's lease {lease.uri}")
-            raise FatalServiceError(f"lost the stream's lease {lease.uri}: another process took it over, or it "
-                                    "could not be renewed in time (the log says which)")  # fmt: skip
+            self._lost(lease)
         exc = query.exception()
         if exc is None or self._gate.stopping:
             return None
         return _error_text(exc)
+
+    @staticmethod
+    def _lost(lease: Lease) -> NoReturn:
+        HEALTH.failed(HEALTH_NAME, f"lost the stream's lease {lease.uri}")
+        raise FatalServiceError(f"lost the stream's lease {lease.uri}: another process took it over, or it "
+                                "could not be renewed in time (the log says which)")  # fmt: skip
 
 
 HEALTH_NAME = "stream"

@@ -105,6 +105,7 @@ class StreamSink:
         on_batch: Callable[[BatchReport], None] | None = None,
         after_commit: Callable[[], object] | None = None,
         checkpoints: BackgroundCheckpoints | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         self.table = table
         self.config = config = table.config
@@ -113,6 +114,8 @@ class StreamSink:
         self.on_batch = on_batch
         self.after_commit = after_commit  # after a batch committed rows (``index.sync_after_stream``)
         self.checkpoints = checkpoints  # Delta checkpoints the commits are due, written beside the batches
+        # Called just before each commit; raises when this process may not commit (its lease lost).
+        self.before_commit = before_commit or (lambda: None)
         t = config.table
         self.spec = table.spec
         self.source = source
@@ -288,11 +291,13 @@ class StreamSink:
         meta = meta_of(rows=total.rows, quarantined=total.quarantined, phases_ms=total.phases_ms(), job_ms=job_ms,
                        commit_started_ms=int(time.time() * 1000))  # fmt: skip
         if quarantine_files and not done.quarantine:
+            self.before_commit()
             commit_append(self.spark, quarantine_target, quarantine_files, app_id=self.start.stream_id,
                           txn_version=txn, details=meta, checkpoints=self.checkpoints)  # fmt: skip
         crash_point(f"after_quarantine_commit:{batch_id}")
         written = (0, 0)
         if not done.table:
+            self.before_commit()
             appended = commit_append(self.spark, table_target, table_files, app_id=self.start.stream_id,
                                      txn_version=txn, details=meta, checkpoints=self.checkpoints)  # fmt: skip
             written = (appended.files, appended.bytes)
@@ -316,10 +321,12 @@ class StreamSink:
             meta = user_metadata(**meta_of(rows=total.rows, quarantined=total.quarantined,
                                            phases_ms=total.phases_ms(), job_ms=job_ms))  # fmt: skip
             if total.quarantined and not done.quarantine:
+                self.before_commit()
                 self._write_quarantine(parsed, batch_id, txn, meta)
             crash_point(f"after_quarantine_commit:{batch_id}")
             files, written = 0, 0
             if not done.table:
+                self.before_commit()
                 files, written = self._write_table(parsed, txn, meta)
             crash_point(f"after_table_commit:{batch_id}")
             return total, merged, files, written

@@ -154,3 +154,24 @@ def test_a_holder_that_cannot_renew_stops_before_its_lease_expires_on_s3(s3, s3_
     assert time.time() < expires, "before the lease it last wrote expired"
     holder.storage = settings
     holder.release()
+
+
+def test_a_holder_whose_renewal_hangs_is_not_valid_before_its_lease_expires_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]
+    """A renewal waiting on a store that does not answer (object_store waits 30 s by default) must not
+    keep the holder acting past its expiry: ``valid()``, which the stream checks before every commit,
+    turns false two thirds of the ttl after the last renewal that got through was sent."""
+    settings = StorageConfig(**s3.storage_settings())
+    uri = f"{s3_prefix}lease"
+    holder = Lease.acquire(uri, "stream a", storage=settings, ttl_s=1.5)
+    expires = json.loads(storage.read_versioned(uri, settings).data)["expires"]  # type: ignore[union-attr]
+    assert holder.valid()
+    holder._io.acquire()  # the renewal thread's next write waits here, as on a store that hangs
+    try:
+        deadline = time.monotonic() + 3
+        while holder.valid() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not holder.valid() and holder.lost.is_set()
+        assert time.time() < expires, "no longer valid before the expiry it last wrote"
+    finally:
+        holder._io.release()
+    holder.release()
