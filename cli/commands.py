@@ -139,9 +139,11 @@ def compact(ctx: Context) -> int:
     compactor = Compactor(config, table=ctx.table, scope=scope, full=args.full)
     if args.dry_run:
         the_plan = compactor.plan()
+        # Once per partition: the text and the JSON count each group's files alike.
+        rates = {g.partition: compactor.compacted_bytes_per_row(g.partition_values) for g in the_plan.groups}
 
         def per_row(group: Group) -> float | None:
-            return compactor.compacted_bytes_per_row(group.partition_values)
+            return rates[group.partition]
 
         data: dict[str, Any] = {"table_version": the_plan.table_version, "groups": [
             {"partition": dict(g.partition), "files": [f.path for f in g.files], "bytes": g.bytes, "rows": g.rows,

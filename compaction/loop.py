@@ -778,7 +778,6 @@ def describe_plan(the_plan: Plan, target_file_bytes: int, *, full: bool = False,
         lines.append(
             f"  {i}. partition {dict(g.partition) or '-'}: {len(g.files)} files, {human_bytes(g.bytes)}, "
             f"{g.rows} rows -> ~{g.expected_files(target_file_bytes, bytes_per_row and bytes_per_row(g))} file(s) "
-            f"of generation "
-            f"{g.generation}; why: {g.reason}"
+            f"of generation {g.generation}; why: {g.reason}"
         )
     return "\n".join(lines)

@@ -55,14 +55,20 @@ class DataFile:
         return dict(self.partition)
 
 
-def compacted_bytes_per_row(files: Iterable[DataFile]) -> float | None:
-    """Bytes per row of the compacted files (generation 1 and up, with a row count) among ``files``;
-    None if there is none (``Group.expected_files``)."""
-    size = rows = 0
-    for f in files:
-        if f.generation >= 1 and f.rows > 0:
-            size, rows = size + f.size, rows + f.rows
-    return size / rows if rows > 0 and size > 0 else None
+def compacted_bytes_per_row(files: Sequence[DataFile], partition: tuple | None = None) -> float | None:
+    """Bytes per row of the compacted files (generation 1 and up, with a row count) among ``files``
+    in ``partition``, or among all of them when that partition has none; None if there is none
+    (``Group.expected_files``; ``Compactor.compacted_bytes_per_row`` is the same over live files)."""
+
+    def per_row(chosen: Iterable[DataFile]) -> float | None:
+        size = rows = 0
+        for f in chosen:
+            if f.generation >= 1 and f.rows > 0:
+                size, rows = size + f.size, rows + f.rows
+        return size / rows if rows > 0 and size > 0 else None
+
+    inside = per_row(f for f in files if f.partition == partition) if partition else None
+    return inside if inside is not None else per_row(files)
 
 
 def file_run(path: str) -> tuple[int, str | None]:
@@ -202,11 +208,16 @@ def _due_for_main_run_merge(partition_key: pa.Array, run: pa.ChunkedArray, size:
     runs = files.filter(pc.is_valid(files["run"])).group_by(["p", "run"]).aggregate([("size", "sum")])
     largest = runs.group_by("p").aggregate([("size_sum", "max")]).rename_columns(["p", "main"])
     joined = totals.join(largest, "p", join_type="inner")
-    main = joined["main"].to_numpy().astype(np.float64)
-    total = joined["size_sum"].to_numpy().astype(np.float64)
-    rest = total - main
-    due = (rest > 0) & (rest >= cfg.main_run_merge_ratio * main) & (total <= cfg.max_group_bytes)
+    due = _main_run_due(joined["main"].to_numpy().astype(np.float64),
+                        joined["size_sum"].to_numpy().astype(np.float64), cfg)  # fmt: skip
     return set(joined["p"].filter(pa.array(due)).to_pylist())
+
+
+def _main_run_due(main: np.ndarray, total: np.ndarray, cfg: CompactionConfig) -> np.ndarray:
+    """Whether partitions whose main run holds ``main`` of their ``total`` bytes are merged into it
+    (numpy arrays, or one partition's numbers as 0-d arrays)."""
+    rest = total - main
+    return (rest > 0) & (rest >= cfg.main_run_merge_ratio * main) & (total <= cfg.max_group_bytes)
 
 
 def plan_files(files: Sequence[DataFile], version: int, cfg: CompactionConfig,
@@ -290,14 +301,13 @@ def _main_run_merge(partition: tuple, files: list[DataFile], cfg: CompactionConf
             run_bytes[f.run] += f.size
     if not run_bytes:
         return None
-    main = max(run_bytes.values())
-    total = sum(f.size for f in files)
-    rest = total - main
-    if rest <= 0 or rest < cfg.main_run_merge_ratio * main or total > cfg.max_group_bytes:
+    main_run = max(run_bytes, key=run_bytes.__getitem__)
+    main, total = run_bytes[main_run], sum(f.size for f in files)
+    if not _main_run_due(np.asarray(main, np.float64), np.asarray(total, np.float64), cfg):
         return None
+    rest = total - main
     generation = min(MAX_GENERATION_IN_NAME, max(f.generation for f in files) + 1)
     fresh = sum(1 for f in files if f.run is None)
-    main_run = max(run_bytes, key=lambda r: run_bytes[r])
     outside = sum(1 for f in files if f.run != main_run)
     return outside / rest, Group(partition, tuple(sorted(files, key=lambda f: f.path)), generation,
                  f"merge into the main run: {rest / main:.0%} of its bytes outside it, "

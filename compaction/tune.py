@@ -73,8 +73,7 @@ def predict(config: Config, cfg: CompactionConfig, files: Sequence[DataFile], ac
     depth = {c: clustering_depth(actions, kept, sketches, c, k) for c in columns}
     files_after = len(kept)
     for group in the_plan.groups:
-        per_row = compacted_bytes_per_row(f for f in files if f.partition == group.partition)
-        n_out = group.expected_files(cfg.target_file_bytes, per_row or compacted_bytes_per_row(files))
+        n_out = group.expected_files(cfg.target_file_bytes, compacted_bytes_per_row(files, group.partition))
         layout = ClusteringLayout.build(sketches, columns, curve=cfg.curve, target_cells=n_out, k=k,
                                         weights=cfg.weights(), column_types=config.table.clustering_types(),
                                         round_cuts=cfg.round_cuts)  # fmt: skip
