@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import replace
 
@@ -14,6 +13,7 @@ from lakecluster import storage
 from lakecluster.config import StorageConfig
 from lakecluster.errors import LeaseHeldError
 from lakecluster.lease import Lease
+from tests.at_once import at_once
 
 
 def test_a_second_holder_is_refused_until_the_first_releases(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -71,22 +71,10 @@ def test_a_process_that_found_the_lease_free_cannot_take_it_after_another_did_on
 
 
 def _take_at_once(uri: str, settings: StorageConfig, processes: int) -> tuple[list[Lease], int]:
-    """Threads acquiring ``uri`` behind a barrier: (the leases taken, how many were refused)."""
-    barrier, held, refused = threading.Barrier(processes), [], []
-
-    def take(i: int) -> None:
-        barrier.wait()
-        try:
-            held.append(Lease.acquire(uri, f"stream {i}", storage=settings))
-        except LeaseHeldError:
-            refused.append(i)
-
-    threads = [threading.Thread(target=take, args=(i,)) for i in range(processes)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return held, len(refused)
+    """Threads acquiring ``uri`` at once: (the leases taken, how many were refused)."""
+    results = at_once(lambda i: Lease.acquire(uri, f"stream {i}", storage=settings), processes)
+    held = [r for r in results if isinstance(r, Lease)]
+    return held, sum(isinstance(r, LeaseHeldError) for r in results)
 
 
 def test_of_processes_taking_over_an_expired_lease_at_once_exactly_one_does_on_s3(s3, s3_prefix: str) -> None:  # type: ignore[no-untyped-def]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from lakecluster import storage
 from lakecluster.config import StorageConfig
+from tests.at_once import at_once
 
 AWS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
        "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")  # fmt: skip
@@ -94,19 +93,9 @@ def test_create_if_absent_on_s3_is_decided_by_the_conditional_put(s3, s3_prefix:
     assert content("b.json") == b"pyarrow's"
 
     def race(name: str, writers: int = 4) -> list[int]:
-        barrier, won = threading.Barrier(writers), []
-
-        def create(i: int) -> None:
-            barrier.wait()
-            if storage.create_if_absent(f"{s3_prefix}{name}", f"writer {i}".encode(), settings):
-                won.append(i)
-
-        threads = [threading.Thread(target=create, args=(i,)) for i in range(writers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return won
+        created = at_once(lambda i: storage.create_if_absent(f"{s3_prefix}{name}", f"writer {i}".encode(), settings),
+                          writers)  # fmt: skip
+        return [i for i, won in enumerate(created) if won is True]
 
     for round_ in range(5):
         won = race(f"race-{round_}")
