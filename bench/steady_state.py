@@ -50,6 +50,15 @@ class Policy:
     full_every: int = 0  # compaction rounds between whole-table re-clusters ("full")
 
 
+def _main_run(ratio: str, fanout: int | None = None) -> Policy:
+    """The tiered policy with merges into the main run at ``ratio`` (``compaction.main_run_merge_ratio``)."""
+    if fanout is None:
+        return Policy(f"tiered + main-run merge at {ratio} (fan-out 4)", "tiered",
+                      {"compaction.main_run_merge_ratio": ratio})  # fmt: skip
+    return Policy(f"tiered + main-run merge at {ratio}, fan-out {fanout}", "tiered",
+                  {"compaction.main_run_merge_ratio": ratio, "compaction.merge_fanout": str(fanout)})  # fmt: skip
+
+
 POLICIES = (
     Policy("stream only (cluster-on-write, no compaction)", "none"),
     Policy("tiered, fan-out 4, max generation 6 (defaults)", "tiered"),
@@ -64,22 +73,8 @@ POLICIES = (
         {"compaction.merge_fanout": "8", "compaction.max_generation": "3"},
     ),
     Policy("tiered, no merges (max generation 1)", "tiered", {"compaction.max_generation": "1"}),
-    Policy(
-        "tiered + main-run merge at 0.5, fan-out 8",
-        "tiered",
-        {"compaction.main_run_merge_ratio": "0.5", "compaction.merge_fanout": "8"},
-    ),
-    Policy(
-        "tiered + main-run merge at 0.25, fan-out 8",
-        "tiered",
-        {"compaction.main_run_merge_ratio": "0.25", "compaction.merge_fanout": "8"},
-    ),
-    Policy(
-        "tiered + main-run merge at 0.35, fan-out 8",
-        "tiered",
-        {"compaction.main_run_merge_ratio": "0.35", "compaction.merge_fanout": "8"},
-    ),
-    Policy("tiered + main-run merge at 1.0 (fan-out 4)", "tiered", {"compaction.main_run_merge_ratio": "1.0"}),
+    *(_main_run(ratio, fanout=8) for ratio in ("0.5", "0.25", "0.35")),
+    _main_run("1.0"),
     Policy("whole table re-clustered every 2 rounds", "full", full_every=2),
     Policy("whole table re-clustered every 8 rounds", "full", full_every=8),
 )
