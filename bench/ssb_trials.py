@@ -102,11 +102,12 @@ def skipping(r: Ranges) -> dict[str, np.ndarray]:
 
 
 def trial(table: pa.Table, columns: Sequence[str], files: int, levels: Sequence[int] | None,
-          weights: dict[str, float]) -> tuple[tuple[int, ...], int, dict[str, int]]:  # fmt: skip
+          weights: dict[str, float], parents: bool = True) -> tuple[tuple[int, ...], int, dict[str, int]]:  # fmt: skip
     """(levels, files written, files each query reads) of one layout."""
     import lakecluster.layout as layout_module
     from lakecluster.compaction.rewrite_local import file_slices
     from lakecluster.curves import argsort_keys
+    from lakecluster.hierarchy import find_parents
     from lakecluster.sketches import BoundarySketches
     from lakecluster.stream.ssb import SSB_FULL_COLUMNS
 
@@ -124,16 +125,20 @@ def trial(table: pa.Table, columns: Sequence[str], files: int, levels: Sequence[
 
         layout_module.choose_levels = force  # type: ignore[assignment]
     try:
+        picked = np.random.default_rng(0).choice(table.num_rows, min(table.num_rows, 100_000), replace=False)
+        sample = table.take(picked)
         layout = layout_module.ClusteringLayout.build(
             sketches, columns, curve="hilbert", target_cells=files, weights=weights,
-            column_types={c: by_name[c].type for c in columns})  # fmt: skip
+            column_types={c: by_name[c].type for c in columns},
+            parents=find_parents(sample, columns, FILTERED) if parents else None)  # fmt: skip
     finally:
         layout_module.choose_levels = chosen
     cell, key = layout.keys(table.select(list(columns)))
     order = argsort_keys(key)
     slices = file_slices(np.ascontiguousarray(cell[order]).view(f"S{cell.shape[1]}").ravel(), files)
     read = skipping(file_ranges(table, order, np.asarray([s for s, _ in slices])))
-    return layout.levels, len(slices), {q: int(m.sum()) for q, m in read.items()}
+    levels = layout.levels + tuple(g.levels for g in layout.groupings)
+    return levels, len(slices), {q: int(m.sum()) for q, m in read.items()}
 
 
 def main() -> None:

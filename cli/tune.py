@@ -22,11 +22,13 @@ from lakecluster.compaction.capture import read_capture
 from lakecluster.compaction.captured import CapturedQuery, captured_queries, too_little
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
+from lakecluster.compaction.table_sketches import table_parents
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
 from lakecluster.compaction.workload import Query, WorkloadError, parse_workload
 from lakecluster.config import Config
 from lakecluster.errors import LakeclusterError, UsageError
 from lakecluster.sizes import human_bytes, human_duration, mebibytes
+from lakecluster.stats_columns import stats_columns
 from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable
 
@@ -64,13 +66,17 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
         raise LakeclusterError("no boundary sketches yet: run the stream first (it writes them with every micro-batch)")
     files, actions = snapshot_files(table, config.table.partition_by)
     candidates = grid(config.compaction, axes)
-    current = predict(config, config.compaction, files, actions, sketches, table.version())
+    live = lake.live_files()
+    version, live_files = live.snapshot()
+    data_columns = [c.name for c in config.table.columns if c.name not in config.table.partition_by]
+    parents = table_parents(config, lake, live_files, version, stats_columns(data_columns, live.configuration))
+    current = predict(config, config.compaction, files, actions, sketches, table.version(), parents)
     new_bytes = sum(f.size for f in files if f.generation == 0)
     rows = []
     for cfg in candidates:
         if not valid(config, cfg):
             continue
-        p = predict(config, cfg, files, actions, sketches, table.version())
+        p = predict(config, cfg, files, actions, sketches, table.version(), parents)
         amplification = round(p.write_amplification(new_bytes), 2)
         rows.append({"settings": {k: p.settings[k] for k in axes}, "groups": p.groups,
                      "bytes_rewritten": p.bytes_rewritten, "write_amplification": amplification,

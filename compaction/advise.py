@@ -43,8 +43,10 @@ from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import DataFile, snapshot_files
 from lakecluster.cuts import Unit, level_cuts
 from lakecluster.errors import LakeclusterError
-from lakecluster.layout import choose_levels
+from lakecluster.hierarchy import find_parents
+from lakecluster.layout import choose_levels, even_cuts
 from lakecluster.sketches import numeric_values
+from lakecluster.stats_columns import stats_columns
 from lakecluster.table import LakeTable
 
 from .workload import Predicate, Query, WorkloadError
@@ -52,7 +54,7 @@ from .workload import Predicate, Query, WorkloadError
 MAX_COLUMNS = 4
 MAX_PARTITIONS = 1000
 WEIGHT_ROUNDS = 8
-MAX_WEIGHT = 16.0  # beyond it the other columns get one level: the same layout as leaving them out
+MAX_WEIGHT = 16.0  # a column weighted 16 gets about 16 times the levels of one weighted 1 (choose_levels)
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
 MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
 MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
@@ -122,7 +124,9 @@ class WorkloadModel:
     """Per query and column, the sample rows of each piece its predicate selects."""
 
     def __init__(self, queries: Sequence[Query], sample: pa.Table, weights: np.ndarray, table_bytes: int,
-                 target_file_bytes: int) -> None:  # fmt: skip
+                 target_file_bytes: int, parent_candidates: Sequence[str] = ()) -> None:  # fmt: skip
+        """``parent_candidates``: the sample's columns a string clustering column may be cut by
+        too (``compaction.group_by_parents``; none: the model cuts each column by its own levels)."""
         if sample.num_rows == 0:
             raise LakeclusterError("the table has no rows to sample: ingest some data before asking for a layout")
         self.queries = list(queries)
@@ -141,6 +145,7 @@ class WorkloadModel:
                 derived = self._derived(q, column)
                 if derived is not None:
                     pieces[column] = derived
+        self.parent_candidates = tuple(parent_candidates)
 
     def _derived(self, query: Query, column: str) -> list[np.ndarray] | None:
         """The pieces of ``column`` a query selects through predicates on columns that are a function
@@ -216,20 +221,35 @@ class WorkloadModel:
     def score(self, candidate: Candidate) -> Scored:
         view = self._partitioned(candidate.partition_by)
         cols = candidate.clustering_columns
-        caps = [self.ndv[c] for c in cols]
-        levels = {int(n): choose_levels(n, caps, candidate.weights) for n in np.unique(view.files)}
-        level_rows = np.array([levels[int(n)] for n in view.files], dtype=np.int64)  # partitions x columns
+        # a column with a parent that is no clustering column is cut by it too, out of the same budget
+        parent = [self._parent(c) if self._parent(c) not in cols else None for c in cols]
+        grouped = [i for i, p in enumerate(parent) if p is not None]
+        caps = [self.ndv[c] for c in cols] + [self.ndv[str(parent[i])] for i in grouped]
+        weights = list(candidate.weights) + [candidate.weights[i] for i in grouped]
+        levels = {int(n): choose_levels(n, caps, weights) for n in np.unique(view.files)}
+        level_rows = np.array([levels[int(n)] for n in view.files], dtype=np.int64)  # partitions x dimensions
+        parent_levels = np.ones((len(view.files), len(cols)), dtype=np.int64)
+        for k, i in enumerate(grouped):
+            parent_levels[:, i] = level_rows[:, len(cols) + k]
         scored = Scored(candidate, int(view.files.sum()), weights=[q.weight for q in self.queries])
         for q in range(len(self.queries)):
             fraction = np.ones(len(view.files))
             for i, c in enumerate(cols):
-                if not self._filters(q, c):
+                if not self._filters(q, c) and (parent[i] is None or not self._filters(q, str(parent[i]))):
                     continue
-                for lv in np.unique(level_rows[:, i]):
-                    at = level_rows[:, i] == lv
-                    fraction[at] *= self._levels_read(q, c, candidate.partition_by, int(lv))[at]
+                for lv, plv in {(int(a), int(b)) for a, b in zip(level_rows[:, i], parent_levels[:, i], strict=True)}:
+                    at = (level_rows[:, i] == lv) & (parent_levels[:, i] == plv)
+                    by = parent[i] if plv > 1 else None
+                    fraction[at] *= self._levels_read(q, c, candidate.partition_by, lv, by, plv)[at]
             scored.files_read.append(float(np.maximum(1.0, view.files * fraction)[view.read[q]].sum()))
         return scored
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _parent(self, column: str) -> str | None:
+        """``column``'s parent (``lakecluster.hierarchy``) as the compactor would find it were the
+        column a clustering column (the model does not use it when the parent is one itself)."""
+        found = find_parents(self.sample, [column], [c for c in self.parent_candidates if c != column])
+        return found[column].parent if column in found else None
 
     def _related(self, column: str, other: str) -> bool:
         """Whether ``other`` is ``column`` or in one hierarchy with it (a function of it, or it of ``other``)."""
@@ -259,42 +279,60 @@ class WorkloadModel:
         return np.searchsorted(cuts, edges, side="right")[inverse.ravel()].astype(np.int64)
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
-    def _levels_read(self, q: int, column: str, partition_by: tuple[str, ...], levels: int) -> np.ndarray:
+    def _levels_read(self, q: int, column: str, partition_by: tuple[str, ...], levels: int,
+                     parent: str | None = None, parent_levels: int = 1) -> np.ndarray:  # fmt: skip
         """Per partition, the share of its rows in the levels of ``column`` query ``q`` reads: a level
         is skipped when, for a predicate on the column or on a column in one hierarchy with it, the
         level's range of that column (its rows' [min, max], as a file's statistics) admits none of
-        the values the predicate selects."""
-        mass, parts, width = self._cells(column, partition_by, levels)
+        the values the predicate selects. With a ``parent``, the levels are those of the column
+        split by ``parent_levels`` of the parent, as the compactor cuts them."""
+        mass, parts, width = self._cells(column, partition_by, levels, parent, parent_levels)
         read = mass > 0
         for i, p in enumerate(self.queries[q].predicates):
-            if not self._related(column, p.column):
+            if not self._related(column, p.column) and (parent is None or not self._related(parent, p.column)):
                 continue
-            low, high = self._cell_ranges(column, partition_by, levels, p.column)
+            low, high = self._cell_ranges(column, partition_by, levels, p.column, parent, parent_levels)
             chosen = self._chosen(q, i)
             read &= np.searchsorted(chosen, low, "left") < np.searchsorted(chosen, high, "right")
         share = np.where(read, mass, 0.0).reshape(parts, width).sum(axis=1)
         return share / np.maximum(self._partitioned(partition_by).part_rows, 1e-300)
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
-    def _cell(self, column: str, partition_by: tuple[str, ...], levels: int) -> tuple[np.ndarray, int]:
-        """Each sample row's cell (partition x level of ``column``), and the levels per partition."""
+    def _cell(self, column: str, partition_by: tuple[str, ...], levels: int, parent: str | None = None,
+              parent_levels: int = 1) -> tuple[np.ndarray, int]:  # fmt: skip
+        """Each sample row's cell (partition x level of ``column``, x level of its parent when it has
+        one), and the levels per partition."""
         level = self._levels(column, levels)
+        if parent is not None and parent_levels > 1:
+            level = level * parent_levels + self._parent_levels(column, levels, parent, parent_levels)
         width = int(level.max()) + 1
         return self._partitioned(partition_by).codes * width + level, width
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
-    def _cells(self, column: str, partition_by: tuple[str, ...], levels: int) -> tuple[np.ndarray, int, int]:
+    def _parent_levels(self, column: str, levels: int, parent: str, parent_levels: int) -> np.ndarray:
+        """Each sample row's level of ``parent`` cut into ``parent_levels`` as the compactor cuts it
+        beside ``column``'s ``levels`` (``layout.even_cuts``)."""
+        own = self._levels(column, levels)
+        ranks = self._order(parent).astype(np.int64)
+        ranks -= ranks.min()
+        mass = np.zeros((int(ranks.max()) + 1, int(own.max()) + 1))
+        np.add.at(mass, (ranks, own), self.weights)
+        return np.searchsorted(even_cuts(mass, parent_levels), ranks, side="right").astype(np.int64)
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _cells(self, column: str, partition_by: tuple[str, ...], levels: int, parent: str | None = None,
+               parent_levels: int = 1) -> tuple[np.ndarray, int, int]:  # fmt: skip
         """The rows each cell stands for, the partitions, and the levels per partition."""
-        cell, width = self._cell(column, partition_by, levels)
+        cell, width = self._cell(column, partition_by, levels, parent, parent_levels)
         parts = len(self._partitioned(partition_by).files)
         return np.bincount(cell, weights=self.weights, minlength=parts * width), parts, width
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
-    def _cell_ranges(self, column: str, partition_by: tuple[str, ...], levels: int,
-                     other: str) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def _cell_ranges(self, column: str, partition_by: tuple[str, ...], levels: int, other: str,
+                     parent: str | None = None, parent_levels: int = 1) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """Per cell, the smallest and largest rank of ``other`` among its rows (a file's min and max
         statistics of that column); the same for every query, so computed once."""
-        cell, width = self._cell(column, partition_by, levels)
+        cell, width = self._cell(column, partition_by, levels, parent, parent_levels)
         size = len(self._partitioned(partition_by).files) * width
         ranks = self._order(other)
         low = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
@@ -445,10 +483,16 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     table = lake.delta.open()
     files, actions = snapshot_files(table, t.partition_by)
     used = {c for q in queries for c in q.columns}
-    columns = [c.name for c in t.columns if c.name in used | set(current.clustering_columns) | set(t.partition_by)]
+    parents: list[str] = []
+    if config.compaction.group_by_parents:  # the columns the compactor looks for parents among
+        data_columns = [c.name for c in t.columns if c.name not in t.partition_by]
+        configuration = {k: v for k, v in table.metadata().configuration.items() if v is not None}
+        parents = [c for c in stats_columns(data_columns, configuration) if t.column(c).type not in ("float", "double")]
+    wanted = used | set(current.clustering_columns) | set(t.partition_by) | set(parents)
+    columns = [c.name for c in t.columns if c.name in wanted]
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     target = config.compaction.target_file_bytes
-    model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target)
+    model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents)
     ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
                                                                                partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target)
@@ -467,12 +511,15 @@ def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_fi
 
 
 def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
-    """Coordinate descent on the column weights: each weight scaled up or down while that lowers
-    the mean files read (the best split of the levels is not simply proportional to use)."""
+    """Coordinate descent on the column weights: each weight scaled up or down, by the factor that
+    lowers the mean files read most, while one does (the best split of the levels is not simply proportional to use)."""
     best = start
     for _ in range(WEIGHT_ROUNDS):
         improved = False
         for i in range(len(best.candidate.weights)):
+            # of the factors, the one that lowers the mean most (the first that lowers it at all
+            # can lead into a local minimum: the other column favoured a little)
+            step = best
             for factor in (2.0, 1.25, 0.8, 0.5):
                 w = list(best.candidate.weights)
                 w[i] *= factor
@@ -481,8 +528,10 @@ def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
                 if max(weights) > MAX_WEIGHT:
                     continue
                 trial = model.score(dataclasses.replace(best.candidate, weights=weights))
-                if trial.mean_files_read < best.mean_files_read - 1e-9:
-                    best, improved = trial, True
+                if trial.mean_files_read < step.mean_files_read - 1e-9:
+                    step = trial
+            if step is not best:
+                best, improved = step, True
         if not improved:
             break
     return best

@@ -45,7 +45,7 @@ from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import RewriteStopped, rewrite_local
 from lakecluster.compaction.rewrite_tasks import rewrite_in_tasks
-from lakecluster.compaction.table_sketches import build_missing, lacking
+from lakecluster.compaction.table_sketches import build_missing, lacking, table_parents
 from lakecluster.compaction.vacuum import vacuum_all
 from lakecluster.config import Config
 from lakecluster.errors import (
@@ -57,6 +57,7 @@ from lakecluster.errors import (
 )
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
+from lakecluster.hierarchy import Parent
 from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout, clustering_depth, layout_fingerprint
 from lakecluster.parquet_files import WrittenFile
@@ -94,6 +95,7 @@ class _Stopped(Exception):
 
 
 HEALTH_NAME = "compactor"
+PARENTS_REFRESH_S = 3600.0  # how long the parents found in a sample of the table are used
 GROUP_RESULTS = ("committed", "conflict", "skipped", "abandoned", "failed")  # lakecluster_compaction_groups_total
 
 
@@ -156,6 +158,7 @@ class Compactor:
         self.scope = scope
         self.full = full
         self._pending: pa.Array | None = None  # --full: the files off the layout when the pass started
+        self._parents: tuple[float, dict[str, Parent]] | None = None  # (when found, what) for the layout
         self._shared_spark = spark
         self._spark: SparkSession | None = None
         self._stop = threading.Event()
@@ -462,6 +465,27 @@ class Compactor:
         self._without_stats.check(data_columns, configuration)
         return stats_columns(data_columns, configuration)
 
+    def parents(self) -> dict[str, Parent]:
+        """The parents of the string clustering columns (``lakecluster.hierarchy``), found in a
+        sample of the table (``table_sketches.sample_files``) among the columns rewritten files carry
+        stats for; found again after ``PARENTS_REFRESH_S``. None when ``compaction.group_by_parents``
+        is off; none, with a warning, when the sample cannot be read (the layout goes on without)."""
+        if not self.config.compaction.group_by_parents:
+            return {}
+        now = time.monotonic()
+        if self._parents is not None and now - self._parents[0] < PARENTS_REFRESH_S:
+            return self._parents[1]
+        found: dict[str, Parent] = {}
+        try:
+            version, live = self.live.snapshot()
+            found = table_parents(self.config, self.table, live, version, self._stats_columns())
+        except (OSError, pa.ArrowException) as e:
+            log.warning("no parent columns for the layout this time: the table's sample could not be read: %s", e)
+        if found:
+            log.info("layout: %s", ", ".join(f"{c} also cut by its parent {p.parent}" for c, p in found.items()))
+        self._parents = (now, found)
+        return found
+
     def compacted_bytes_per_row(self, partition: Mapping[str, str | None] | None = None) -> float | None:
         """Bytes per row of the live files compaction wrote (generation 1 and up) in ``partition``,
         or in the whole table when that partition has none; None before the first: how the output
@@ -489,7 +513,7 @@ class Compactor:
         layout = ClusteringLayout.build(
             sketches, self.config.table.clustering_columns, curve=cfg.curve, target_cells=n_out,
             k=self.config.sketches.boundaries, weights=cfg.weights(),
-            column_types=self.config.table.clustering_types(), round_cuts=cfg.round_cuts,
+            column_types=self.config.table.clustering_types(), round_cuts=cfg.round_cuts, parents=self.parents(),
         )  # fmt: skip
         run_id = uuid.uuid4().hex[:12]
         spec = RewriteSpec(self.table.uri, self.config.table.columns, self.spec.partition_by, layout,
@@ -508,7 +532,8 @@ class Compactor:
         meta = {
             "operation": "compaction", "curve": cfg.curve, "columns": ",".join(layout.columns),
             "weights": ",".join(f"{cfg.weights().get(c, 1.0):g}" for c in layout.columns), "layout": fingerprint,
-            "levels": ",".join(map(str, layout.levels)), "boundary_version": str(sketches.delta_version),
+            "levels": ",".join(map(str, layout.levels)), "grouped_by": layout.grouped_by(),
+            "boundary_version": str(sketches.delta_version),
             "generation": str(group.generation), "run": run_id, "reason": group.reason,
             "seconds": f"{time.monotonic() - started:.1f}",  # planning to commit, for `lakecluster history`
             "rewrite": engine,

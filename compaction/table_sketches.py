@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 
 from lakecluster.config import Config
+from lakecluster.hierarchy import Parent, find_parents
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.sizes import human_bytes
 from lakecluster.sketches import BoundarySketches
@@ -106,3 +107,19 @@ def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int
         version, store.directory, name,
     )  # fmt: skip
     return stored
+
+
+def table_parents(config: Config, table: LakeTable, live: pa.Table, version: int,
+                  candidates: Sequence[str]) -> dict[str, Parent]:  # fmt: skip
+    """The parents (``lakecluster.hierarchy``) of the string clustering columns among ``candidates``
+    (the columns files carry stats for: only those let a query skip), found in the same sample of
+    the ``live`` files at ``version`` as the sketches are built from. Floating-point columns are
+    never parents (a city has no one price)."""
+    t = config.table
+    children = [c for c in t.clustering_columns if t.column(c).type == "string"]
+    others = [c for c in candidates if c not in t.clustering_columns and t.column(c).type not in ("float", "double")]
+    if not children or not others or not live.num_rows:
+        return {}
+    chosen = sample_files(live, version)
+    rows = read_columns(table, chosen["path"].to_pylist(), [t.column(c) for c in children + others])
+    return find_parents(rows, children, others)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from lakecluster.compaction.planner import DataFile, compacted_bytes_per_row, pl
 from lakecluster.config import CompactionConfig, Config
 from lakecluster.config.validate import validate
 from lakecluster.errors import ConfigError
+from lakecluster.hierarchy import Parent
 from lakecluster.layout import ClusteringLayout, clustering_depth
 from lakecluster.sketches import BoundarySketches
 
@@ -63,8 +65,11 @@ def default_axes(base: CompactionConfig) -> dict[str, list[int]]:
 
 
 def predict(config: Config, cfg: CompactionConfig, files: Sequence[DataFile], actions: pa.Table,
-            sketches: BoundarySketches, version: int) -> Prediction:  # fmt: skip
-    """What one round under ``cfg`` would rewrite and the point-query depth per column after it."""
+            sketches: BoundarySketches, version: int,
+            parents: Mapping[str, Parent] | None = None) -> Prediction:  # fmt: skip
+    """What one round under ``cfg`` would rewrite and the point-query depth per column after it
+    (``parents``: the layout's, ``Compactor.parents``; a column's point query then reads one of
+    its parent's levels too)."""
     the_plan = plan_files(list(files), version, cfg)
     rewritten = {f.path for g in the_plan.groups for f in g.files}
     kept = [f.path for f in files if f.path not in rewritten]
@@ -76,9 +81,11 @@ def predict(config: Config, cfg: CompactionConfig, files: Sequence[DataFile], ac
         n_out = group.expected_files(cfg.target_file_bytes, compacted_bytes_per_row(files, group.partition))
         layout = ClusteringLayout.build(sketches, columns, curve=cfg.curve, target_cells=n_out, k=k,
                                         weights=cfg.weights(), column_types=config.table.clustering_types(),
-                                        round_cuts=cfg.round_cuts)  # fmt: skip
-        for c, levels in zip(columns, layout.levels, strict=True):
-            depth[c] += max(1.0, n_out / max(levels, 1))
+                                        round_cuts=cfg.round_cuts,
+                                        parents=parents if cfg.group_by_parents else None)  # fmt: skip
+        for i, (c, levels) in enumerate(zip(columns, layout.levels, strict=True)):
+            cut = levels * math.prod(g.levels for g in layout.groupings if g.index == i)
+            depth[c] += max(1.0, n_out / max(cut, 1))
         files_after += n_out
     settings = {name: int(getattr(cfg, name)) for name in TUNABLE}
     return Prediction(settings, len(the_plan.groups), sum(g.bytes for g in the_plan.groups), files_after,

@@ -434,6 +434,22 @@ class ColumnSketch:
         n = self._strings.n
         return self._strings.rank_error() / n if n else 0.0
 
+    def distinct_bound(self, integral: bool = False) -> int:
+        """At most how many distinct values the column holds (nulls and NaN aside).
+
+        Strings: the entries of an exact summary, else the values seen. Numbers: the values seen,
+        and for an ``integral`` column (integers, dates) no more than the integers between its
+        smallest and largest value.
+        """
+        if self.n == 0:
+            return 0
+        if self._kll is None:
+            return self.entries if self.is_exact else self.n
+        if integral:
+            span = self._kll.get_max_value() - self._kll.get_min_value() + 1
+            return int(min(self.n, span))
+        return self.n
+
     def quantiles(self, fractions: Sequence[float]) -> list[float] | list[str]:
         """Values at the given normalized ranks (empty list when the sketch is empty)."""
         if self.n == 0:

@@ -166,6 +166,7 @@ class CompactionConfig:
     curve: Literal["hilbert", "zorder"] = "hilbert"
     column_weights: Mapping[str, str] = field(default_factory=dict)
     round_cuts: bool = True
+    group_by_parents: bool = True
     interval_s: float = 60.0
     target_file_bytes: int = 128 << 20
     min_file_bytes: int = 32 << 20

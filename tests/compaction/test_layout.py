@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -10,21 +11,54 @@ import pyarrow.compute as pc
 import pytest
 
 from lakecluster.compaction.planner import file_run
-from lakecluster.layout import ClusteringLayout, choose_levels, file_plan, layout_fingerprint
+from lakecluster.layout import ClusteringLayout, choose_levels, even_cuts, file_plan, layout_fingerprint, level_cost
 from lakecluster.sketches import BoundarySketches, ColumnSketch
 
 
 @pytest.mark.parametrize("target", [1, 3, 8, 100, 1000, 5000])
 def test_levels_multiply_to_about_the_target_and_are_balanced(target: int) -> None:
     levels = choose_levels(target, [1000, 1000, 1000])
-    assert target / 2 <= math.prod(levels) <= 1.5 * target
-    assert max(levels) - min(levels) <= 1
+    assert target / 2 <= math.prod(levels) <= 1.15 * target
+    assert max(levels) - min(levels) <= 1 or target < 2**3  # below 2 levels each, one column takes them
 
 
-def test_a_low_cardinality_column_gives_its_budget_to_the_others() -> None:
+def test_a_column_of_few_values_gets_fewer_levels_than_one_of_many() -> None:
+    # its predicates are wide (a region is a fifth of the rows): levels gain it less than a column
+    # whose predicates are mostly narrow; the old rule gave the 5-value column all 5 levels
     levels = choose_levels(1000, [5, 250, 1000])
-    assert levels[0] == 5
-    assert levels[1] == levels[2] and 800 <= math.prod(levels) <= 1500
+    assert 2 <= levels[0] <= 3 and levels[0] < levels[1] <= levels[2]
+    assert 800 <= math.prod(levels) <= 1150
+    # a date of 2,557 days sketched into 1,024 boundaries still counts as 2,557 values
+    assert choose_levels(1000, [1024, 5, 5, 1000], None, [2557, 5, 5, 1000])[0] > choose_levels(
+        1000, [1024, 5, 5, 1000], None, [1024, 5, 5, 1000])[0]  # fmt: skip
+
+
+@pytest.mark.parametrize(("target", "distinct"), [(50, (5, 250, 1000)), (300, (2557, 5, 5, 1000)),
+                                                  (1000, (5, 250, 5, 250, 1000)), (300, (30, 30)),
+                                                  (1000, (3, 1_000_000))])  # fmt: skip
+def test_levels_are_nearly_the_cheapest_within_the_cell_budget(target: int, distinct: tuple[int, ...]) -> None:
+    caps = [min(n, 1024) for n in distinct]
+    chosen = choose_levels(target, caps, None, distinct)
+    assert math.prod(chosen) <= 1.15 * target and all(1 <= lv <= c for lv, c in zip(chosen, caps, strict=True))
+
+    def cost(levels: tuple[int, ...]) -> float:
+        return math.prod(level_cost(lv, n) for lv, n in zip(levels, distinct, strict=True))
+
+    def within(i: int, room: float) -> list[tuple[int, ...]]:  # every level vector with product <= the limit
+        if i == len(caps):
+            return [()]
+        return [(lv, *rest) for lv in range(1, min(caps[i], int(room)) + 1) for rest in within(i + 1, room / lv)]
+
+    best = min(within(0, 1.15 * target), key=cost)
+    assert cost(chosen) <= 1.06 * cost(best), (chosen, best)  # the rounded ideal: within 6%
+
+
+def test_level_cost_falls_with_levels_down_to_one_value_per_level() -> None:
+    assert level_cost(1, 1000) == pytest.approx(1.0)
+    assert level_cost(1000, 1000) == pytest.approx((1 - 1 / 1000) / math.log(1000))  # only wide predicates left
+    costs = [level_cost(lv, 1000) for lv in (1, 2, 10, 100, 1000, 5000)]
+    assert all(a > b for a, b in itertools.pairwise(costs[:5])) and costs[-1] == costs[-2]
+    assert level_cost(7, 1) == 1.0
 
 
 def test_weights_shift_resolution_to_the_favoured_column() -> None:
@@ -124,3 +158,60 @@ def test_round_cuts_give_each_year_its_own_levels(column: str, kind: str, types:
     assert len(set().union(*by_year.values())) == 7  # no level holds two years: a year query reads one level
     equal = ClusteringLayout.build(sketches, [column], curve="hilbert", target_cells=7, round_cuts=False)
     assert sum(len(levels) > 1 for levels in _levels_of_each_year(equal, table, column).values()) >= 5
+
+
+def test_even_cuts_split_each_level_of_the_column() -> None:
+    # four parent values; the column's two levels hold values 0 and 2, and 1 and 3: cutting
+    # between 1 and 2 gives four cells of a quarter each, equal depth by value would too, but
+    # cutting after 0 would leave a cell of half the rows
+    mass = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    assert even_cuts(mass, 2).tolist() == [2]
+    # the column's first level holds parents 0 and 1, its second 2 and 3: equal depth (a cut at 2)
+    # leaves two of the four cells empty, a cut at 1 or 3 fills three
+    nested = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    assert even_cuts(nested, 2).tolist() in ([1], [3])
+    assert even_cuts(np.ones((5, 1)), 3).tolist() == [1, 3] or even_cuts(np.ones((5, 1)), 3).tolist() == [2, 4]
+    assert even_cuts(np.ones((3, 2)), 1).tolist() == [] and even_cuts(np.ones((2, 1)), 5).tolist() == [1]
+
+
+def _cities(rows: int) -> pa.Table:
+    from lakecluster.stream.ssb import CITIES, REGIONS
+
+    pick = np.random.default_rng(5).integers(0, len(CITIES), rows)
+    return pa.table({"city": pa.array(CITIES[pick], pa.string()), "region": pa.array(REGIONS[pick // 10], pa.string()),
+                     "brand": pa.array(np.random.default_rng(6).integers(0, 1000, rows))})  # fmt: skip
+
+
+def _files_read(layout: ClusteringLayout, table: pa.Table, files: int, column: str, value: object) -> int:
+    from lakecluster.compaction.rewrite_local import file_slices
+    from lakecluster.curves import argsort_keys
+
+    cell, key = layout.keys(table.select(list(layout.columns)))
+    order = argsort_keys(key)
+    slices = file_slices(np.ascontiguousarray(cell[order]).view(f"S{cell.shape[1]}").ravel(), files)
+    values = np.asarray(table[column].to_pylist(), dtype=object)[order]
+    return sum(min(values[a:b]) <= value <= max(values[a:b]) for a, b in slices)
+
+
+def test_a_parent_grouping_keeps_files_to_few_regions_and_still_to_a_range_of_cities() -> None:
+    from lakecluster.hierarchy import find_parents
+
+    table = _cities(60_000)
+    sketches = BoundarySketches({"city": ColumnSketch("string"), "brand": ColumnSketch("numeric")})
+    sketches.sketches["city"].update(table["city"])
+    sketches.sketches["brand"].update(table["brand"])
+    parents = find_parents(table.slice(0, 20_000), ["city", "brand"], ["region"])
+    assert set(parents) == {"city"} and parents["city"].parent == "region"
+    plain = ClusteringLayout.build(sketches, ["city", "brand"], curve="hilbert", target_cells=40)
+    grouped = ClusteringLayout.build(sketches, ["city", "brand"], curve="hilbert", target_cells=40, parents=parents)
+    assert not plain.groupings and [g.parent for g in grouped.groupings] == ["region"]
+    assert grouped.grouped_by().startswith("city<region:")
+    plain_region = sum(_files_read(plain, table, 40, "region", r) for r in ("AFRICA", "ASIA", "EUROPE"))
+    grouped_region = sum(_files_read(grouped, table, 40, "region", r) for r in ("AFRICA", "ASIA", "EUROPE"))
+    assert grouped_region < 0.8 * plain_region, (grouped_region, plain_region)
+    # a city is still found in few files: the grouping splits the city's levels, it does not reorder them
+    uk = [_files_read(layout, table, 40, "city", "UNITED KI1") for layout in (grouped, plain)]
+    assert uk[0] <= 2 * uk[1], uk
+    # every row keyed, the same rows in and out of the key order
+    _, key = grouped.keys(table.select(["city", "brand"]))
+    assert key.shape[0] == table.num_rows

@@ -217,3 +217,27 @@ def test_levels_are_cut_as_the_compactor_cuts_them_and_read_by_their_ranges() ->
     assert year == 100
     assert region == pytest.approx(20, rel=0.1)  # five levels, one per region: its own
     assert nation == pytest.approx(20, rel=0.1)  # the nation's region's level: its range admits the nation
+
+
+def test_the_model_cuts_a_city_by_its_region_as_the_compactor_does() -> None:
+    from lakecluster.stream.ssb import CITIES, REGIONS
+
+    rng = np.random.default_rng(2)
+    pick = rng.integers(0, len(CITIES), 50_000)
+    sample = pa.table({"c_city": pa.array(CITIES[pick], pa.string()),
+                       "c_region": pa.array(REGIONS[pick // 10], pa.string())})
+    queries = parse_workload(["c_region = 'ASIA'", "c_region = 'EUROPE'", "c_city = 'UNITED KI1'"], COLUMNS)
+
+    def model(parents: tuple[str, ...]) -> WorkloadModel:
+        return WorkloadModel(queries, sample, np.ones(sample.num_rows), table_bytes=10 * 1000, target_file_bytes=1000,
+                             parent_candidates=parents)  # fmt: skip
+
+    city = Candidate(("c_city",), (1.0,), ())
+    plain, grouped = model(()).score(city), model(("c_region",)).score(city)
+    # the regions' queries read fewer files once the city's levels are split by region; the
+    # city's own query about as many (its levels are fewer, each split)
+    assert sum(grouped.files_read[:2]) < 0.8 * sum(plain.files_read[:2]), (grouped.files_read, plain.files_read)
+    assert grouped.files_read[2] <= 2 * plain.files_read[2] + 1
+    # the region clustered on its own: no grouping by itself
+    both = Candidate(("c_city", "c_region"), (1.0, 1.0), ())
+    assert model(("c_region",)).score(both).files_read == model(()).score(both).files_read

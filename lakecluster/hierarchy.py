@@ -1,0 +1,98 @@
+"""Parents of string clustering columns: a coarser column each value of it belongs to.
+
+A table often holds a hierarchy flattened: every city has one nation and one region, every brand
+one category. A query filtering on the region skips a file by the region's statistics, which are
+tight only when the file holds cities of few regions. Sorted by name, the cities of one region are
+scattered (ALGERIA, ETHIOPIA and KENYA are African, ARGENTINA and BRAZIL American), so levels cut
+on the city's own order mix the regions; a brand's category is its prefix, so the brand's order
+already keeps each category together.
+
+A string column's order carries no meaning beyond the statistics it makes tight, so the layout can
+also cut it by such a parent (``ClusteringLayout``'s groupings): each city level is split by region
+levels, a file then holds the cities of few regions, and still an alphabetical range of them. A
+parent is found in a sample of the table's rows: a column with fewer values, one per value of the
+child in every sampled row, whose values the child's order does *not* keep together (it forms at
+least ``MIN_RUNS_PER_VALUE`` times as many runs as it has values); of several, the one with the
+fewest values. Numbers and dates keep their own order: it is the one their queries ask by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+MIN_ROWS_PER_VALUE = 4  # sampled rows per child value before a dependency is believed
+MIN_RUNS_PER_VALUE = 2.0  # how scattered a parent must be along the child's order to be worth a dimension
+
+
+@dataclass(frozen=True)
+class Parent:
+    """``parent`` is a function of ``column``: ``parent_values[i]`` is the parent of ``child_values[i]``
+    (child values sorted, as the sample held them)."""
+
+    column: str
+    parent: str
+    child_values: np.ndarray
+    parent_values: np.ndarray
+
+    def of(self, values: np.ndarray) -> np.ndarray:
+        """The parent of each child value; a value the sample did not hold takes its sorted
+        predecessor's (its first neighbour's below the first)."""
+        at = np.clip(np.searchsorted(self.child_values, values, side="right") - 1, 0, len(self.child_values) - 1)
+        return self.parent_values[at]
+
+
+def _dense(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(code of each row, the distinct values sorted) with codes in that sorted order."""
+    values = pc.unique(column)
+    values = values.take(pc.sort_indices(values))
+    return np.asarray(pc.index_in(column, value_set=values).to_numpy(zero_copy_only=False)), values
+
+
+def find_parents(sample: pa.Table, children: Sequence[str], candidates: Sequence[str]) -> dict[str, Parent]:
+    """For each string column in ``children``, its parent among ``candidates`` (see above), if any.
+
+    Rows where the child or a candidate is null do not count for (or against) that pair; a
+    candidate that is itself one of ``children`` is skipped (it is cut by its own levels).
+    """
+    found: dict[str, Parent] = {}
+    for child in children:
+        if child not in sample.column_names or not pa.types.is_string(sample.schema.field(child).type):
+            continue
+        best: tuple[int, Parent] | None = None
+        for other in candidates:
+            if other == child or other in children or other not in sample.column_names:
+                continue
+            both = sample.select([child, other]).filter(
+                pc.and_(pc.is_valid(sample[child]), pc.is_valid(sample[other])))
+            if both.num_rows == 0:
+                continue
+            codes, child_values = _dense(both[child])
+            n = len(child_values)
+            if n < 2 or both.num_rows < MIN_ROWS_PER_VALUE * n:
+                continue
+            parent_codes, parent_values = _dense(both[other])
+            p = len(parent_values)
+            if not 2 <= p < n:
+                continue
+            # one parent per child value: the smallest and largest parent code of each child agree
+            low = np.full(n, p, dtype=np.int64)
+            high = np.full(n, -1, dtype=np.int64)
+            np.minimum.at(low, codes, parent_codes)
+            np.maximum.at(high, codes, parent_codes)
+            if np.any(low != high):
+                continue
+            runs = 1 + int(np.count_nonzero(np.diff(low)))
+            if runs < MIN_RUNS_PER_VALUE * p:
+                continue  # the child's order already keeps the parent's values together
+            if best is None or p < best[0]:
+                values = np.asarray(child_values.to_pylist(), dtype=object)
+                parents = np.asarray(parent_values.to_pylist(), dtype=object)[low]
+                best = (p, Parent(child, other, values, parents))
+        if best is not None:
+            found[child] = best[1]
+    return found
