@@ -10,10 +10,13 @@ bytes rewritten, the trade every threshold makes.
 from __future__ import annotations
 
 import html
+import logging
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from lakecluster import plots
 from lakecluster.cli.workload import iso_ms
@@ -27,10 +30,13 @@ from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, va
 from lakecluster.compaction.workload import Query, WorkloadError, parse_workload
 from lakecluster.config import Config
 from lakecluster.errors import LakeclusterError, UsageError
+from lakecluster.hierarchy import Parent
 from lakecluster.sizes import human_bytes, human_duration, mebibytes
 from lakecluster.stats_columns import stats_columns
 from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable
+
+log = logging.getLogger(__name__)
 
 SHOWN_CANDIDATES = 12
 SHOWN_QUERIES = 20
@@ -66,10 +72,16 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
         raise LakeclusterError("no boundary sketches yet: run the stream first (it writes them with every micro-batch)")
     files, actions = snapshot_files(table, config.table.partition_by)
     candidates = grid(config.compaction, axes)
-    live = lake.live_files()
-    version, live_files = live.snapshot()
-    data_columns = [c.name for c in config.table.columns if c.name not in config.table.partition_by]
-    parents = table_parents(config, lake, live_files, version, stats_columns(data_columns, live.configuration))
+    parents: dict[str, Parent] = {}
+    if config.compaction.group_by_parents:  # as the compactor finds them; without, when it cannot
+        live = lake.live_files()
+        version, live_files = live.snapshot()
+        data_columns = [c.name for c in config.table.columns if c.name not in config.table.partition_by]
+        try:
+            parents = table_parents(config, lake, live_files, version, stats_columns(data_columns, live.configuration))
+        except (OSError, pa.ArrowException) as e:
+            log.warning("the predictions leave out the layout's parent columns: the table's sample could not be "
+                        "read: %s", e)  # fmt: skip
     current = predict(config, config.compaction, files, actions, sketches, table.version(), parents)
     new_bytes = sum(f.size for f in files if f.generation == 0)
     rows = []

@@ -124,9 +124,11 @@ class WorkloadModel:
     """Per query and column, the sample rows of each piece its predicate selects."""
 
     def __init__(self, queries: Sequence[Query], sample: pa.Table, weights: np.ndarray, table_bytes: int,
-                 target_file_bytes: int, parent_candidates: Sequence[str] = ()) -> None:  # fmt: skip
+                 target_file_bytes: int, parent_candidates: Sequence[str] = (),
+                 boundaries: int = 1024) -> None:  # fmt: skip
         """``parent_candidates``: the sample's columns a string clustering column may be cut by
-        too (``compaction.group_by_parents``; none: the model cuts each column by its own levels)."""
+        too (``compaction.group_by_parents``; none: the model cuts each column by its own levels),
+        when it has at most ``boundaries`` values (``sketches.boundaries``), as the compactor does."""
         if sample.num_rows == 0:
             raise LakeclusterError("the table has no rows to sample: ingest some data before asking for a layout")
         self.queries = list(queries)
@@ -146,6 +148,7 @@ class WorkloadModel:
                 if derived is not None:
                     pieces[column] = derived
         self.parent_candidates = tuple(parent_candidates)
+        self.boundaries = boundaries
 
     def _derived(self, query: Query, column: str) -> list[np.ndarray] | None:
         """The pieces of ``column`` a query selects through predicates on columns that are a function
@@ -222,7 +225,8 @@ class WorkloadModel:
         view = self._partitioned(candidate.partition_by)
         cols = candidate.clustering_columns
         # a column with a parent that is no clustering column is cut by it too, out of the same budget
-        parent = [self._parent(c) if self._parent(c) not in cols else None for c in cols]
+        taken = tuple(sorted({*cols, *candidate.partition_by}))  # never a parent, as in the compactor
+        parent = [self._parent(c, taken) for c in cols]
         grouped = [i for i, p in enumerate(parent) if p is not None]
         caps = [self.ndv[c] for c in cols] + [self.ndv[str(parent[i])] for i in grouped]
         weights = list(candidate.weights) + [candidate.weights[i] for i in grouped]
@@ -245,10 +249,12 @@ class WorkloadModel:
         return scored
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
-    def _parent(self, column: str) -> str | None:
+    def _parent(self, column: str, taken: tuple[str, ...]) -> str | None:
         """``column``'s parent (``lakecluster.hierarchy``) as the compactor would find it were the
-        column a clustering column (the model does not use it when the parent is one itself)."""
-        found = find_parents(self.sample, [column], [c for c in self.parent_candidates if c != column])
+        column a clustering column beside ``taken`` (clustering and partition columns, never parents)."""
+        if self.ndv[column] > self.boundaries:
+            return None  # the compactor groups only a column whose boundaries are its values
+        found = find_parents(self.sample, [column], [c for c in self.parent_candidates if c not in taken])
         return found[column].parent if column in found else None
 
     def _related(self, column: str, other: str) -> bool:
@@ -492,7 +498,8 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     columns = [c.name for c in t.columns if c.name in wanted]
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     target = config.compaction.target_file_bytes
-    model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents)
+    model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents,
+                          boundaries=config.sketches.boundaries)  # fmt: skip
     ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
                                                                                partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target)

@@ -158,7 +158,8 @@ class Compactor:
         self.scope = scope
         self.full = full
         self._pending: pa.Array | None = None  # --full: the files off the layout when the pass started
-        self._parents: tuple[float, dict[str, Parent]] | None = None  # (when found, what) for the layout
+        # (when found, for which clustering columns, what) for the layout
+        self._parents: tuple[float, tuple[str, ...], dict[str, Parent]] | None = None
         self._shared_spark = spark
         self._spark: SparkSession | None = None
         self._stop = threading.Event()
@@ -466,15 +467,17 @@ class Compactor:
         return stats_columns(data_columns, configuration)
 
     def parents(self) -> dict[str, Parent]:
-        """The parents of the string clustering columns (``lakecluster.hierarchy``), found in a
-        sample of the table (``table_sketches.sample_files``) among the columns rewritten files carry
-        stats for; found again after ``PARENTS_REFRESH_S``. None when ``compaction.group_by_parents``
-        is off; none, with a warning, when the sample cannot be read (the layout goes on without)."""
+        """The parents of the string clustering columns (``lakecluster.hierarchy``), found in rows
+        spread over the table's files (``table_sketches.spread_rows``) among the columns rewritten
+        files carry stats for; found again after ``PARENTS_REFRESH_S`` or when the clustering
+        columns change. None when ``compaction.group_by_parents`` is off; none, with a warning,
+        when the sample cannot be read (the layout goes on without)."""
         if not self.config.compaction.group_by_parents:
             return {}
         now = time.monotonic()
-        if self._parents is not None and now - self._parents[0] < PARENTS_REFRESH_S:
-            return self._parents[1]
+        columns = self.config.table.clustering_columns  # an adopted layout changes them
+        if self._parents is not None and now - self._parents[0] < PARENTS_REFRESH_S and self._parents[1] == columns:
+            return self._parents[2]
         found: dict[str, Parent] = {}
         try:
             version, live = self.live.snapshot()
@@ -483,7 +486,7 @@ class Compactor:
             log.warning("no parent columns for the layout this time: the table's sample could not be read: %s", e)
         if found:
             log.info("layout: %s", ", ".join(f"{c} also cut by its parent {p.parent}" for c, p in found.items()))
-        self._parents = (now, found)
+        self._parents = (now, columns, found)
         return found
 
     def compacted_bytes_per_row(self, partition: Mapping[str, str | None] | None = None) -> float | None:

@@ -109,17 +109,37 @@ def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int
     return stored
 
 
+PARENT_SAMPLE_FILES = 256  # parents are looked for in rows from this many files at most, a slice of each
+
+
+def spread_rows(table: LakeTable, live: pa.Table, version: int, columns: Sequence[ColumnSpec],
+                rows: int = SAMPLE_ROWS, files: int = PARENT_SAMPLE_FILES) -> pa.Table:  # fmt: skip
+    """About ``rows`` rows of ``columns``: the first rows of each of up to ``files`` live files in an
+    order fixed by ``version``. Unlike whole files (``sample_files``), which after compaction each
+    hold a narrow range of the clustering columns, slices of many files cover their whole range."""
+    order = np.random.default_rng(version).permutation(live.num_rows)[:files]
+    chosen = live.take(pa.array(order, pa.int64()))
+    if not chosen.num_rows:
+        return pa.table({c.name: pa.array([], arrow_schema((c,)).field(0).type) for c in columns})
+    fs, root = filesystem(table.uri, table.storage)
+    parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+    schema = arrow_schema(tuple(columns))
+    each = max(1, rows // chosen.num_rows)
+    parts = [pds.dataset([data_file(root, p)], schema=schema, format=parquet, filesystem=fs).head(
+        each, columns=[c.name for c in columns]) for p in chosen["path"].to_pylist()]  # fmt: skip
+    return pa.concat_tables(parts)
+
+
 def table_parents(config: Config, table: LakeTable, live: pa.Table, version: int,
                   candidates: Sequence[str]) -> dict[str, Parent]:  # fmt: skip
     """The parents (``lakecluster.hierarchy``) of the string clustering columns among ``candidates``
-    (the columns files carry stats for: only those let a query skip), found in the same sample of
-    the ``live`` files at ``version`` as the sketches are built from. Floating-point columns are
-    never parents (a city has no one price)."""
+    (the columns files carry stats for: only those let a query skip), found in rows spread over the
+    ``live`` files at ``version`` (``spread_rows``). Floating-point columns are never parents (a
+    city has no one price)."""
     t = config.table
     children = [c for c in t.clustering_columns if t.column(c).type == "string"]
     others = [c for c in candidates if c not in t.clustering_columns and t.column(c).type not in ("float", "double")]
     if not children or not others or not live.num_rows:
         return {}
-    chosen = sample_files(live, version)
-    rows = read_columns(table, chosen["path"].to_pylist(), [t.column(c) for c in children + others])
+    rows = spread_rows(table, live, version, [t.column(c) for c in children + others])
     return find_parents(rows, children, others)

@@ -39,11 +39,29 @@ class Parent:
     child_values: np.ndarray
     parent_values: np.ndarray
 
+    def truncated(self, chars: int) -> Parent | None:
+        """This parent with the child's values cut to ``chars`` characters; None when two values
+        alike in those characters have different parents."""
+        return _truncated(self, chars)
+
     def of(self, values: np.ndarray) -> np.ndarray:
         """The parent of each child value; a value the sample did not hold takes its sorted
         predecessor's (its first neighbour's below the first)."""
         at = np.clip(np.searchsorted(self.child_values, values, side="right") - 1, 0, len(self.child_values) - 1)
         return self.parent_values[at]
+
+
+def _truncated(parent: Parent, chars: int) -> Parent | None:
+    """``parent`` with the child's values cut to ``chars`` characters (as sketches cut strings);
+    None when two values alike in those characters have different parents."""
+    cut = np.asarray([v[:chars] for v in parent.child_values], dtype=object)
+    values, first, inverse = np.unique(cut, return_index=True, return_inverse=True)
+    if len(values) == len(cut):
+        return Parent(parent.column, parent.parent, cut, parent.parent_values)
+    chosen = parent.parent_values[first]
+    if np.any(chosen[inverse.ravel()] != parent.parent_values):
+        return None
+    return Parent(parent.column, parent.parent, values, chosen)
 
 
 def _dense(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:

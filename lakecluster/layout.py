@@ -29,10 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.curves import Curve, bits_for, curve_key
+from lakecluster.curves import MAX_COLUMNS, Curve, bits_for, curve_key
 from lakecluster.cuts import Unit, level_cuts, unit_of
 from lakecluster.hierarchy import Parent
-from lakecluster.sketches import Boundaries, BoundarySketches
+from lakecluster.sketches import Boundaries, BoundarySketches, ColumnSketch
 
 # Declared types (``lakecluster.schema``) whose values are integers: a column of them holds no
 # more distinct values than its range has integers.
@@ -154,6 +154,55 @@ def choose_levels(
     return best
 
 
+def _distinct(sketch: ColumnSketch, bounds: Boundaries, k: int, integral: bool) -> int:
+    """The distinct values ``choose_levels`` counts for a column: a string summary's entries when
+    exact (else its values), an integer or date column's integers between its extremes; another
+    number's boundaries when far fewer than asked (its quantiles fell on few values), else its values."""
+    if sketch.kind == "string" or integral:
+        return sketch.distinct_bound(integral)
+    return len(bounds) if len(bounds) < k // 2 else sketch.distinct_bound()
+
+
+COVERED = 0.95  # the share of a column's rows whose values the parent's sample must have seen
+
+
+def _usable_parents(sketches: BoundarySketches, columns: Sequence[str], bounds: Sequence[Boundaries],
+                    parents: Mapping[str, Parent]) -> dict[int, tuple[Parent, np.ndarray]]:  # fmt: skip
+    """Per column position, its parent (cut to the sketch's string length) and the parent of each
+    of its boundaries, for the columns a parent can group: a string column with an exact sketch,
+    whose parent is no clustering column, whose parent's sample saw the values of at least
+    ``COVERED`` of its rows, each of whose ranks holds values of one parent (a rank holds several
+    values when the column has more than the boundaries asked for), and whose boundaries have at
+    least two parents."""
+    usable = {}
+    for i, c in enumerate(columns):
+        parent = parents.get(c)
+        b = bounds[i]
+        exact = sketches.sketches[c].exact_values()
+        if parent is None or parent.parent in columns or b.kind != "string" or len(b) < 2 or exact is None:
+            continue
+        if b.max_string_chars is not None:
+            parent = parent.truncated(b.max_string_chars)
+            if parent is None:  # values alike in their first characters have different parents
+                continue
+        values, counts = exact
+        seen = np.isin(values, parent.child_values)
+        if counts[seen].sum() < COVERED * max(int(counts.sum()), 1):
+            continue
+        _, code = np.unique(parent.of(values), return_inverse=True)
+        rank = np.clip(np.searchsorted(b.edges.astype(object), values, side="right") - 1, 0, len(b) - 1)
+        low = np.full(len(b), np.iinfo(np.int64).max)
+        high = np.full(len(b), -1)
+        np.minimum.at(low, rank, code.ravel())
+        np.maximum.at(high, rank, code.ravel())
+        if np.any((high >= 0) & (low != high)):
+            continue
+        of_edges = parent.of(b.edges)
+        if len(np.unique(of_edges)) > 1:
+            usable[i] = (parent, of_edges)
+    return usable
+
+
 @dataclass(frozen=True)
 class Grouping:
     """A clustering column's parent (``lakecluster.hierarchy``) as one more dimension of the cell:
@@ -199,22 +248,28 @@ class ClusteringLayout:
         ``column_types`` are the declared types (``lakecluster.schema``): a date or timestamp column
         is cut at calendar starts (``cuts.unit_of``). ``round_cuts=False`` keeps the cuts at equal
         depth. ``parents`` (``hierarchy.find_parents``) become groupings of the string columns
-        whose sketch is exact (each rank one value); their levels come out of the same budget,
-        with the column's weight.
+        whose boundaries are their values (``_usable_parents``); their levels come out of the same
+        budget, with the column's weight, and a parent given one level is left out.
         """
         bounds = [sketches.boundaries(c, k) for c in columns]
         caps = [max(len(b), 1) for b in bounds]
         w = [float((weights or {}).get(c, 1.0)) for c in columns]
         types = column_types or {}
-        distinct = [sketches.sketches[c].distinct_bound(types.get(c) in INTEGRAL_TYPES) for c in columns]
-        grouped = [i for i, c in enumerate(columns)
-                   if c in (parents or {}) and bounds[i].kind == "string" and len(bounds[i]) > 1
-                   and sketches.sketches[c].is_exact]  # fmt: skip
-        parent_values = [len(np.unique((parents or {})[columns[i]].of(bounds[i].edges))) for i in grouped]
-        grouped = [i for i, n in zip(grouped, parent_values, strict=True) if n > 1]
-        parent_values = [n for n in parent_values if n > 1]
-        chosen = choose_levels(target_cells, caps + parent_values, w + [w[i] for i in grouped],
-                               distinct + parent_values)  # fmt: skip
+        distinct = [_distinct(sketches.sketches[c], b, k, types.get(c) in INTEGRAL_TYPES)
+                    for c, b in zip(columns, bounds, strict=True)]  # fmt: skip
+        usable = _usable_parents(sketches, columns, bounds, parents or {})
+        # at most MAX_COLUMNS dimensions in all (the curves' limit), the first columns' parents kept
+        grouped = sorted(usable)[: max(0, MAX_COLUMNS - len(columns))]
+        while True:
+            parent_values = [len(np.unique(usable[i][1])) for i in grouped]
+            chosen = choose_levels(target_cells, caps + parent_values, w + [w[i] for i in grouped],
+                                   distinct + parent_values)  # fmt: skip
+            # a parent given one level would only add a dimension that is always 0, which breaks
+            # the curve's adjacency between cells: choose again without it
+            single = {i for i, lv in zip(grouped, chosen[len(columns):], strict=True) if lv == 1}
+            if not single:
+                break
+            grouped = [i for i in grouped if i not in single]
         levels = chosen[: len(columns)]
         starts = []
         for i, (column, b, lv) in enumerate(zip(columns, bounds, levels, strict=True)):
@@ -229,15 +284,15 @@ class ClusteringLayout:
         groupings = []
         for i, lv in zip(grouped, chosen[len(columns):], strict=True):
             b = bounds[i]  # with the round cuts added: the ranks the rows get
-            parent_of_rank = (parents or {})[columns[i]].of(b.edges)
+            parent_of_rank = usable[i][0].of(b.edges)
             values, parent_rank = np.unique(parent_of_rank, return_inverse=True)
             every = np.arange(len(b))
             child_level = np.searchsorted(starts[i], every, side="right")
             # rows per (parent rank, level of the column): what the parent's cuts split
             mass = np.zeros((len(values), levels[i]))
             np.add.at(mass, (parent_rank, child_level), b.mass(every, every))
-            groupings.append(Grouping(i, (parents or {})[columns[i]].parent, parent_rank.astype(np.int64), len(values),
-                                      lv, even_cuts(mass, lv)))  # fmt: skip
+            groupings.append(Grouping(i, usable[i][0].parent, parent_rank.astype(np.int64), len(values), lv,
+                                      even_cuts(mass, lv)))  # fmt: skip
         return cls(curve, tuple(columns), tuple(bounds), levels, tuple(starts), tuple(groupings))
 
     @property

@@ -434,6 +434,13 @@ class ColumnSketch:
         n = self._strings.n
         return self._strings.rank_error() / n if n else 0.0
 
+    def exact_values(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(values sorted, rows of each) of an exact string summary; None for any other sketch."""
+        if not self.is_exact:
+            return None
+        summary = self._strings
+        return np.asarray(summary.values.to_pylist(), dtype=object), np.asarray(summary.counts, dtype=np.int64)
+
     def distinct_bound(self, integral: bool = False) -> int:
         """At most how many distinct values the column holds (nulls and NaN aside).
 

@@ -215,3 +215,77 @@ def test_a_parent_grouping_keeps_files_to_few_regions_and_still_to_a_range_of_ci
     # every row keyed, the same rows in and out of the key order
     _, key = grouped.keys(table.select(["city", "brand"]))
     assert key.shape[0] == table.num_rows
+
+
+def _grouped_layout(columns: dict[str, pa.Array], parents: dict, target: int = 40, k: int = 1024) -> ClusteringLayout:
+    sketches = BoundarySketches({})
+    for name, values in columns.items():
+        sketch = ColumnSketch("string" if pa.types.is_string(values.type) else "numeric")
+        sketch.update(values)
+        sketches.sketches[name] = sketch
+    return ClusteringLayout.build(sketches, list(columns), curve="hilbert", target_cells=target, k=k, parents=parents)
+
+
+def test_groupings_never_take_the_curve_past_its_dimensions_nor_get_one_level() -> None:
+    from lakecluster.curves import MAX_COLUMNS
+    from lakecluster.hierarchy import find_parents
+
+    table = _cities(20_000)
+    columns = {f"city{i}": table["city"] for i in range(MAX_COLUMNS)}
+    sample = pa.table({**columns, "region": table["region"]})
+    parents = find_parents(sample, list(columns), ["region"])
+    assert len(parents) == MAX_COLUMNS
+    for target in (1, 300, 10**6):
+        layout = _grouped_layout(columns, parents, target=target)
+        assert len(layout.columns) + len(layout.groupings) <= MAX_COLUMNS
+        assert all(g.levels > 1 for g in layout.groupings)
+        _, key = layout.keys(pa.table(columns))  # every row keyed: no dimension error
+        assert key.shape[0] == table.num_rows
+    # one column, few cells: the region is worth levels beside the city
+    assert _grouped_layout({"city": table["city"]}, {"city": parents["city0"]}, target=40).groupings
+
+
+def test_no_grouping_where_the_boundaries_are_not_the_values_or_the_parent_is_clustered() -> None:
+    from lakecluster.hierarchy import Parent, find_parents
+
+    many = np.asarray([f"town{i:04d}" for i in range(3_000)], dtype=object)
+    pick = np.tile(np.arange(len(many)), 20)  # 20 rows each: every town is a boundary of 4,096
+    towns = pa.array(many[pick], pa.string())
+    zone = pa.array(np.asarray(["A", "B", "C"], dtype=object)[(pick * 7919) % 3], pa.string())
+    parents = find_parents(pa.table({"town": towns, "zone": zone}), ["town"], ["zone"])
+    assert parents["town"].parent == "zone"
+    # 3,000 values in 1,024 boundaries: a rank holds several towns of different zones; in 4,096
+    # each town is a rank of its own
+    from lakecluster.layout import _usable_parents
+
+    sketch = ColumnSketch("string")
+    sketch.update(towns)
+    sketches = BoundarySketches({"town": sketch})
+    assert _usable_parents(sketches, ["town"], [sketches.boundaries("town", 1024)], parents) == {}
+    assert list(_usable_parents(sketches, ["town"], [sketches.boundaries("town", 4096)], parents)) == [0]
+    # the parent is a clustering column: it is cut by its own levels
+    table = _cities(20_000)
+    city_parents = find_parents(table, ["city"], ["region"])
+    assert not _grouped_layout({"city": table["city"], "region": table["region"]}, city_parents).groupings
+    # a parent found in a sample that saw few of the values
+    few = find_parents(table.filter(pc.is_in(table["region"], pa.array(["AFRICA", "ASIA"]))).slice(0, 2_000),
+                       ["city"], ["region"])  # fmt: skip
+    seen = len(few["city"].child_values) if few else 0
+    assert seen < 120 and not _grouped_layout({"city": table["city"]}, few).groupings
+    # values alike in their first characters (as the sketch cuts them) with different parents
+    clash = Parent("c", "p", np.asarray(["abcX", "abcY"], dtype=object), np.asarray(["p1", "p2"], dtype=object))
+    assert clash.truncated(3) is None
+    same = Parent("c", "p", np.asarray(["abcX", "abcY", "b"], dtype=object),
+                  np.asarray(["p1", "p1", "p2"], dtype=object))  # fmt: skip
+    cut = same.truncated(3)
+    assert cut is not None and cut.of(np.asarray(["abc", "b"], dtype=object)).tolist() == ["p1", "p2"]
+
+
+def test_a_number_of_few_values_counts_as_few_values() -> None:
+    rng = np.random.default_rng(9)
+    prices = pa.array(rng.integers(0, 20, 50_000) * 1.5)  # 20 doubles
+    brands = pa.array(np.asarray([f"b{i:03d}" for i in range(1000)], dtype=object)[rng.integers(0, 1000, 50_000)],
+                      pa.string())  # fmt: skip
+    layout = _grouped_layout({"price": prices, "brand": brands}, {}, target=100)
+    # counted as 50,000 values (one per row), the price would take more levels than the brand
+    assert layout.levels[0] < layout.levels[1], layout.levels
