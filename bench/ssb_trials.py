@@ -5,8 +5,10 @@ would read, from the files' [min, max] of the columns they filter on (Delta's da
         --levels 7,7,7 8,8,5 --weights s_city=4
 
 The rows are bench/ssb.py's (the same generator, scale factor and order); each layout is the
-compactor's own: boundary sketches of the clustering columns, ``ClusteringLayout`` (round cuts),
-rows sorted by its keys and cut into files by ``file_plan`` as ``rewrite_local`` does. With
+compactor's own: boundary sketches of the clustering columns, ``ClusteringLayout`` (round cuts,
+and the string columns' parents found in a sample of 100,000 of the rows), rows sorted by its
+keys and cut into files by ``file_plan`` as ``rewrite_local`` does. The levels printed are the
+columns' and then their parents'. With
 ``--levels`` the level counts are forced (each a comma-separated vector in the columns' order);
 without, ``choose_levels`` picks them as the compactor does (``--weights`` as
 ``compaction.column_weights``). It matched bench/ssb.py's Spark counts query for query on the
