@@ -40,9 +40,16 @@ class Parent:
     parent_values: np.ndarray
 
     def truncated(self, chars: int) -> Parent | None:
-        """This parent with the child's values cut to ``chars`` characters; None when two values
-        alike in those characters have different parents."""
-        return _truncated(self, chars)
+        """This parent with the child's values cut to ``chars`` characters (as sketches cut
+        strings); None when two values alike in those characters have different parents."""
+        cut = np.asarray([v[:chars] for v in self.child_values], dtype=object)
+        values, first, inverse = np.unique(cut, return_index=True, return_inverse=True)
+        if len(values) == len(cut):
+            return Parent(self.column, self.parent, cut, self.parent_values)
+        chosen = self.parent_values[first]
+        if np.any(chosen[inverse.ravel()] != self.parent_values):
+            return None
+        return Parent(self.column, self.parent, values, chosen)
 
     def of(self, values: np.ndarray) -> np.ndarray:
         """The parent of each child value; a value the sample did not hold takes its sorted
@@ -51,17 +58,16 @@ class Parent:
         return self.parent_values[at]
 
 
-def _truncated(parent: Parent, chars: int) -> Parent | None:
-    """``parent`` with the child's values cut to ``chars`` characters (as sketches cut strings);
-    None when two values alike in those characters have different parents."""
-    cut = np.asarray([v[:chars] for v in parent.child_values], dtype=object)
-    values, first, inverse = np.unique(cut, return_index=True, return_inverse=True)
-    if len(values) == len(cut):
-        return Parent(parent.column, parent.parent, cut, parent.parent_values)
-    chosen = parent.parent_values[first]
-    if np.any(chosen[inverse.ravel()] != parent.parent_values):
+def one_each(group: np.ndarray, code: np.ndarray, groups: int) -> np.ndarray | None:
+    """The one ``code`` of each of ``groups`` groups (-1 for a group no row is in), given each
+    row's ``group`` and ``code``; None when some group holds two codes."""
+    low = np.full(groups, np.iinfo(np.int64).max, dtype=np.int64)
+    high = np.full(groups, -1, dtype=np.int64)
+    np.minimum.at(low, group, code)
+    np.maximum.at(high, group, code)
+    if np.any((high >= 0) & (low != high)):
         return None
-    return Parent(parent.column, parent.parent, values, chosen)
+    return high
 
 
 def _dense(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, pa.Array]:
@@ -97,13 +103,9 @@ def find_parents(sample: pa.Table, children: Sequence[str], candidates: Sequence
             p = len(parent_values)
             if not 2 <= p < n:
                 continue
-            # one parent per child value: the smallest and largest parent code of each child agree
-            low = np.full(n, p, dtype=np.int64)
-            high = np.full(n, -1, dtype=np.int64)
-            np.minimum.at(low, codes, parent_codes)
-            np.maximum.at(high, codes, parent_codes)
-            if np.any(low != high):
-                continue
+            low = one_each(codes, parent_codes, n)  # every child value has rows: none is -1
+            if low is None:
+                continue  # a child value with two parents
             runs = 1 + int(np.count_nonzero(np.diff(low)))
             if runs < MIN_RUNS_PER_VALUE * p:
                 continue  # the child's order already keeps the parent's values together

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from lakecluster.curves import MAX_COLUMNS, Curve, bits_for, curve_key
 from lakecluster.cuts import Unit, level_cuts, unit_of
-from lakecluster.hierarchy import Parent
+from lakecluster.hierarchy import Parent, one_each
 from lakecluster.sketches import Boundaries, BoundarySketches, ColumnSketch
 
 # Declared types (``lakecluster.schema``) whose values are integers: a column of them holds no
@@ -191,12 +191,8 @@ def _usable_parents(sketches: BoundarySketches, columns: Sequence[str], bounds: 
             continue
         _, code = np.unique(parent.of(values), return_inverse=True)
         rank = np.clip(np.searchsorted(b.edges.astype(object), values, side="right") - 1, 0, len(b) - 1)
-        low = np.full(len(b), np.iinfo(np.int64).max)
-        high = np.full(len(b), -1)
-        np.minimum.at(low, rank, code.ravel())
-        np.maximum.at(high, rank, code.ravel())
-        if np.any((high >= 0) & (low != high)):
-            continue
+        if one_each(rank, code.ravel().astype(np.int64), len(b)) is None:
+            continue  # a rank holding values of two parents
         of_edges = parent.of(b.edges)
         if len(np.unique(of_edges)) > 1:
             usable[i] = (parent, of_edges)
