@@ -32,7 +32,6 @@ from lakecluster.config import Config
 from lakecluster.errors import LakeclusterError, UsageError
 from lakecluster.hierarchy import Parent
 from lakecluster.sizes import human_bytes, human_duration, mebibytes
-from lakecluster.stats_columns import stats_columns
 from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable
 
@@ -74,11 +73,9 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
     candidates = grid(config.compaction, axes)
     parents: dict[str, Parent] = {}
     if config.compaction.group_by_parents:  # as the compactor finds them; without, when it cannot
-        live = lake.live_files()
-        version, live_files = live.snapshot()
-        data_columns = [c.name for c in config.table.columns if c.name not in config.table.partition_by]
+        configuration = {k: v for k, v in table.metadata().configuration.items() if v is not None}
         try:
-            parents = table_parents(config, lake, live_files, version, stats_columns(data_columns, live.configuration))
+            parents = table_parents(config, lake, actions, table.version(), configuration)
         except (OSError, pa.ArrowException) as e:
             log.warning("the predictions leave out the layout's parent columns: the table's sample could not be "
                         "read: %s", e)  # fmt: skip

@@ -41,12 +41,12 @@ import pyarrow.dataset as pds
 
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import DataFile, snapshot_files
+from lakecluster.compaction.table_sketches import parent_candidates
 from lakecluster.cuts import Unit, level_cuts
 from lakecluster.errors import LakeclusterError
 from lakecluster.hierarchy import find_parents
 from lakecluster.layout import choose_levels, even_cuts
 from lakecluster.sketches import numeric_values
-from lakecluster.stats_columns import stats_columns
 from lakecluster.table import LakeTable
 
 from .workload import Predicate, Query, WorkloadError
@@ -491,9 +491,7 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     used = {c for q in queries for c in q.columns}
     parents: list[str] = []
     if config.compaction.group_by_parents:  # the columns the compactor looks for parents among
-        data_columns = [c.name for c in t.columns if c.name not in t.partition_by]
-        configuration = {k: v for k, v in table.metadata().configuration.items() if v is not None}
-        parents = [c for c in stats_columns(data_columns, configuration) if t.column(c).type not in ("float", "double")]
+        parents = parent_candidates(config, {k: v for k, v in table.metadata().configuration.items() if v is not None})
     wanted = used | set(current.clustering_columns) | set(t.partition_by) | set(parents)
     columns = [c.name for c in t.columns if c.name in wanted]
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)

@@ -481,7 +481,7 @@ class Compactor:
         found: dict[str, Parent] = {}
         try:
             version, live = self.live.snapshot()
-            found = table_parents(self.config, self.table, live, version, self._stats_columns())
+            found = table_parents(self.config, self.table, live, version, self.live.configuration)
         except (OSError, pa.ArrowException) as e:
             log.warning("no parent columns for the layout this time: the table's sample could not be read: %s", e)
         if found:

@@ -25,7 +25,7 @@ waits for it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,7 @@ from lakecluster.hierarchy import Parent, find_parents
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.sizes import human_bytes
 from lakecluster.sketches import BoundarySketches
+from lakecluster.stats_columns import stats_columns
 from lakecluster.storage import filesystem
 from lakecluster.table import LakeTable
 from lakecluster.uris import data_file
@@ -130,15 +131,23 @@ def spread_rows(table: LakeTable, live: pa.Table, version: int, columns: Sequenc
     return pa.concat_tables(parts)
 
 
+def parent_candidates(config: Config, configuration: Mapping[str, str]) -> list[str]:
+    """The columns a clustering column's parent (``lakecluster.hierarchy``) may be, under the
+    table's properties ``configuration``: those files carry stats for (only they let a query
+    skip), partition columns and floating-point columns aside (a city has no one price)."""
+    t = config.table
+    data_columns = [c.name for c in t.columns if c.name not in t.partition_by]
+    return [c for c in stats_columns(data_columns, configuration) if t.column(c).type not in ("float", "double")]
+
+
 def table_parents(config: Config, table: LakeTable, live: pa.Table, version: int,
-                  candidates: Sequence[str]) -> dict[str, Parent]:  # fmt: skip
-    """The parents (``lakecluster.hierarchy``) of the string clustering columns among ``candidates``
-    (the columns files carry stats for: only those let a query skip), found in rows spread over the
-    ``live`` files at ``version`` (``spread_rows``). Floating-point columns are never parents (a
-    city has no one price)."""
+                  configuration: Mapping[str, str]) -> dict[str, Parent]:  # fmt: skip
+    """The parents (``lakecluster.hierarchy``) of the string clustering columns among the other
+    ``parent_candidates``, found in rows spread over the ``live`` files (a table with a ``path``
+    column per file) at ``version`` (``spread_rows``)."""
     t = config.table
     children = [c for c in t.clustering_columns if t.column(c).type == "string"]
-    others = [c for c in candidates if c not in t.clustering_columns and t.column(c).type not in ("float", "double")]
+    others = [c for c in parent_candidates(config, configuration) if c not in t.clustering_columns]
     if not children or not others or not live.num_rows:
         return {}
     rows = spread_rows(table, live, version, [t.column(c) for c in children + others])
