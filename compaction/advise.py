@@ -55,6 +55,7 @@ MAX_COLUMNS = 4
 MAX_PARTITIONS = 1000
 WEIGHT_ROUNDS = 8
 MAX_WEIGHT = 16.0  # a column weighted 16 gets about 16 times the levels of one weighted 1 (choose_levels)
+GRID_WEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0)  # the grid _tune_weights starts from
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
 MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
 MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
@@ -148,6 +149,7 @@ class WorkloadModel:
                 if derived is not None:
                     pieces[column] = derived
         self.parent_candidates = tuple(parent_candidates)
+        self._reads: dict[tuple[Any, ...], tuple[float, ...]] = {}  # per layout (``score``), its queries' reads
         self.boundaries = boundaries
 
     def _derived(self, query: Query, column: str) -> list[np.ndarray] | None:
@@ -231,6 +233,11 @@ class WorkloadModel:
         caps = [self.ndv[c] for c in cols] + [self.ndv[str(parent[i])] for i in grouped]
         weights = list(candidate.weights) + [candidate.weights[i] for i in grouped]
         levels = {int(n): choose_levels(n, caps, weights) for n in np.unique(view.files)}
+        # weights that lead to the same levels are the same layout: its reads are computed once
+        known = (cols, candidate.partition_by, tuple(parent), tuple(sorted(levels.items())))
+        if known in self._reads:
+            return Scored(candidate, int(view.files.sum()), list(self._reads[known]),
+                          weights=[q.weight for q in self.queries])  # fmt: skip
         level_rows = np.array([levels[int(n)] for n in view.files], dtype=np.int64)  # partitions x dimensions
         parent_levels = np.ones((len(view.files), len(cols)), dtype=np.int64)
         for k, i in enumerate(grouped):
@@ -246,6 +253,7 @@ class WorkloadModel:
                     by = parent[i] if plv > 1 else None
                     fraction[at] *= self._levels_read(q, c, candidate.partition_by, lv, by, plv)[at]
             scored.files_read.append(float(np.maximum(1.0, view.files * fraction)[view.read[q]].sum()))
+        self._reads[known] = tuple(scored.files_read)
         return scored
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
@@ -412,21 +420,19 @@ def recommend(model: WorkloadModel, current: Candidate | None, *,
                     if key not in seen:  # the current layout is already there, marked as such
                         seen.add(key)
                         scored.append(one)
-
     return sorted(scored, key=_simplest_best)
 
 
 def recommend_weights(model: WorkloadModel, current: Candidate) -> list[Scored]:
     """The current clustering columns and partitioning kept, only their weights searched (``tune
-    --queries --keep-columns``): the current weights, equal weights, and the weights coordinate
-    descent reaches from each, best first."""
+    --queries --keep-columns``): the current weights, equal weights, and the best weights
+    ``_tune_weights`` finds from the better of the two, best first."""
     now = model.score(current)
     even = model.score(dataclasses.replace(current, weights=tuple(1.0 for _ in current.weights), current=False))
     found = [now, even]
     if len(current.clustering_columns) > 1:
-        for start in (now, even):
-            tuned = _tune_weights(model, start)
-            found.append(dataclasses.replace(tuned, candidate=dataclasses.replace(tuned.candidate, current=False)))
+        tuned = _tune_weights(model, min((now, even), key=lambda s: s.mean_files_read))
+        found.append(dataclasses.replace(tuned, candidate=dataclasses.replace(tuned.candidate, current=False)))
     scored, seen = [], set()
     for one in found:  # the current layout first: a tie keeps it
         if one.candidate.weights not in seen:
@@ -516,14 +522,20 @@ def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_fi
 
 
 def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
-    """Coordinate descent on the column weights: each weight scaled up or down, by the factor that
-    lowers the mean files read most, while one does (the best split of the levels is not simply proportional to use)."""
+    """The column weights that read the fewest files on average: the best of ``start`` and a grid
+    (each weight 1, 2, 4, 8 or 16 times the least one), then coordinate descent from it, each
+    weight scaled by the factor that lowers the mean most, while one does. The grid first because
+    the levels move in whole steps and the mean is not convex in the weights: descent from equal
+    weights alone can stop where no single step helps, far from the best split."""
     best = start
+    for grid in itertools.product(GRID_WEIGHTS, repeat=len(start.candidate.weights)):
+        if min(grid) == 1.0 and max(grid) > 1.0:
+            trial = model.score(dataclasses.replace(start.candidate, weights=grid))
+            if trial.mean_files_read < best.mean_files_read - 1e-9:
+                best = trial
     for _ in range(WEIGHT_ROUNDS):
         improved = False
         for i in range(len(best.candidate.weights)):
-            # of the factors, the one that lowers the mean most (the first that lowers it at all
-            # can lead into a local minimum: the other column favoured a little)
             step = best
             for factor in (2.0, 1.25, 0.8, 0.5):
                 w = list(best.candidate.weights)
