@@ -78,8 +78,9 @@ POLICIES = (
     # the point queries here are on the clustering columns themselves, which a city's region
     # (compaction.group_by_parents) does not serve: the same policies without it
     Policy("defaults, cities not cut by their region", "tiered", {"compaction.group_by_parents": "false"}),
-    Policy("tiered + main-run merge at 0.35, fan-out 8, cities not cut by their region", "tiered",
-           {**_main_run("0.35", fanout=8).overrides, "compaction.group_by_parents": "false"}),
+    *(Policy(f"tiered + main-run merge at {ratio}, fan-out 8, cities not cut by their region", "tiered",
+             {**_main_run(ratio, fanout=8).overrides, "compaction.group_by_parents": "false"})
+      for ratio in ("0.35", "0.3")),
     Policy("whole table re-clustered every 2 rounds", "full", full_every=2),
     Policy("whole table re-clustered every 8 rounds", "full", full_every=8),
 )

@@ -55,7 +55,8 @@ MAX_COLUMNS = 4
 MAX_PARTITIONS = 1000
 WEIGHT_ROUNDS = 8
 MAX_WEIGHT = 16.0  # a column weighted 16 gets about 16 times the levels of one weighted 1 (choose_levels)
-GRID_WEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0)  # the grid _tune_weights starts from
+GRID_WEIGHTS = (1.0, 4.0, 16.0)  # the coarse grid one of _tune_weights' descents starts from
+WEIGHT_FACTORS = (16.0, 8.0, 4.0, 2.0, 1.25, 0.8, 0.5, 0.25, 0.125, 0.0625)  # one step of its descent
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
 MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
 MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
@@ -522,22 +523,29 @@ def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_fi
 
 
 def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
-    """The column weights that read the fewest files on average: the best of ``start`` and a grid
-    (each weight 1, 2, 4, 8 or 16 times the least one), then coordinate descent from it, each
-    weight scaled by the factor that lowers the mean most, while one does. The grid first because
-    the levels move in whole steps and the mean is not convex in the weights: descent from equal
-    weights alone can stop where no single step helps, far from the best split."""
+    """The column weights that read the fewest files on average: a descent from ``start`` and one
+    from the best of a coarse grid (each weight 1, 4 or 16 times the least one), each scaling one
+    weight at a time by the factor, from 1/16 to 16, that lowers the mean most while one does.
+
+    Long steps and two starts because the levels move in whole steps and the mean is not convex
+    in the weights: small steps from equal weights alone can stop where no step of 2 helps, far
+    from the best split."""
+    grid = start
+    for weights in itertools.product(GRID_WEIGHTS, repeat=len(start.candidate.weights)):
+        if min(weights) == 1.0 and max(weights) > 1.0:
+            trial = model.score(dataclasses.replace(start.candidate, weights=weights))
+            if trial.mean_files_read < grid.mean_files_read - 1e-9:
+                grid = trial
+    return min((_descend(model, start), _descend(model, grid)), key=lambda s: s.mean_files_read)
+
+
+def _descend(model: WorkloadModel, start: Scored) -> Scored:
     best = start
-    for grid in itertools.product(GRID_WEIGHTS, repeat=len(start.candidate.weights)):
-        if min(grid) == 1.0 and max(grid) > 1.0:
-            trial = model.score(dataclasses.replace(start.candidate, weights=grid))
-            if trial.mean_files_read < best.mean_files_read - 1e-9:
-                best = trial
     for _ in range(WEIGHT_ROUNDS):
         improved = False
         for i in range(len(best.candidate.weights)):
             step = best
-            for factor in (2.0, 1.25, 0.8, 0.5):
+            for factor in WEIGHT_FACTORS:
                 w = list(best.candidate.weights)
                 w[i] *= factor
                 low = min(w)

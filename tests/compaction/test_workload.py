@@ -253,9 +253,9 @@ def test_the_model_cuts_a_city_by_its_region_as_the_compactor_does() -> None:
 
 def test_weights_are_searched_past_the_splits_descent_stops_at() -> None:
     """Dates, two 5-value regions and 1,000 brands under SSB-like queries: a descent from equal
-    weights alone stops near them, while weighting the supplier's region far above the others
-    reads about a quarter fewer files. The search returns weights at least as good as every one
-    of its grid's."""
+    weights by steps of 2 stops at them, while weighting the supplier's region far above the
+    others reads about a quarter fewer files. The search returns weights at least as good as
+    every one of its coarse grid's."""
     rng = np.random.default_rng(0)
     rows = 60_000
     regions = np.array(["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"])
