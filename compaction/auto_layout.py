@@ -92,7 +92,7 @@ def effective(config: Config, adoption: Adoption | None) -> Config:
 
 def fingerprint_of(config: Config) -> str:
     c = config.compaction
-    return layout_fingerprint(config.table.clustering_columns, c.weights(), c.curve)
+    return layout_fingerprint(config.table.clustering_columns, c.weights(), c.curve, c.group_by_parents)
 
 
 def supersede_gain(min_gain: float) -> float:
@@ -393,7 +393,7 @@ class AutoLayout:
                     "unfinished adoption")  # fmt: skip
         c = best.candidate
         weights = dict(zip(c.clustering_columns, c.weights, strict=True))
-        fingerprint = layout_fingerprint(c.clustering_columns, weights, cfg.curve)
+        fingerprint = layout_fingerprint(c.clustering_columns, weights, cfg.curve, cfg.group_by_parents)
         todo = pending(live, fingerprint)
         rows = live.filter(pc.is_in(live["path"], value_set=todo))
         result.budget = self.budget(config, live, version)

@@ -321,9 +321,10 @@ class Compactor:
 
     @property
     def fingerprint(self) -> str:
-        """The current layout's fingerprint (columns, weights, curve), as rewritten files carry it."""
+        """The current layout's fingerprint (columns, weights, curve, parents on or off), as rewritten
+        files carry it."""
         cfg = self.config.compaction
-        return layout_fingerprint(self.config.table.clustering_columns, cfg.weights(), cfg.curve)
+        return layout_fingerprint(self.config.table.clustering_columns, cfg.weights(), cfg.curve, cfg.group_by_parents)
 
     def sketches(self) -> BoundarySketches:
         """The boundary sketches of the clustering columns; those the stream never sketched (after a

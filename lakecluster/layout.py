@@ -40,13 +40,20 @@ INTEGRAL_TYPES = frozenset({"int", "long", "date"})
 FINGERPRINT_CHARS = 8  # hex characters of a layout fingerprint in a file name
 
 
-def layout_fingerprint(columns: Sequence[str], weights: Mapping[str, float], curve: str) -> str:
+def layout_fingerprint(columns: Sequence[str], weights: Mapping[str, float], curve: str,
+                       group_by_parents: bool = True) -> str:  # fmt: skip
     """A short, stable id of a clustering layout: its columns in order, each one's weight (1 when not
-    given) and the curve. Files a compaction writes carry it in their names (``part-g<g>-<run>-l<id>-``),
-    so ``compact --full`` tells files clustered under the current layout from the others.
-    Boundaries and levels are not part of it: they follow the data, not the user's choice."""
-    what = json.dumps({"columns": list(columns), "curve": curve,
-                       "weights": [float(weights.get(c, 1.0)) for c in columns]}, sort_keys=True)  # fmt: skip
+    given), the curve, and whether string columns are cut by their parents
+    (``compaction.group_by_parents``). Files a compaction writes carry it in their names
+    (``part-g<g>-<run>-l<id>-``), so ``compact --full`` tells files clustered under the current
+    layout from the others. Boundaries, levels and which parents were found are not part of it:
+    they follow the data, not the user's choice. Grouping on, the default, leaves the id as it was
+    before the setting existed, so files written then count as the current layout."""
+    layout: dict[str, object] = {"columns": list(columns), "curve": curve,
+                                 "weights": [float(weights.get(c, 1.0)) for c in columns]}  # fmt: skip
+    if not group_by_parents:
+        layout["parents"] = False
+    what = json.dumps(layout, sort_keys=True)
     return hashlib.sha256(what.encode()).hexdigest()[:FINGERPRINT_CHARS]
 
 

@@ -546,3 +546,14 @@ def _streamed_beside(commits: list[tuple[int, dict]]) -> bool:
     """Whether the stream committed after the re-cluster to adopted layout 1 began."""
     relaid = [v for v, m in commits if m.get("adoption") == "1"]
     return bool(relaid) and any(v > min(relaid) and m.get("stream") == "orders" for v, m in commits)
+
+
+def test_turning_parents_off_is_another_layout_and_on_keeps_the_files_of_before(tmp_path: Path) -> None:
+    """``compact --full`` and an adoption's re-clustering find the files of another layout by the
+    fingerprint in their names: with ``group_by_parents`` off, files cut by their parents are off
+    the layout; on (the default), the id is the one files carried before the setting existed."""
+    on = _config(tmp_path / "t")
+    off = _config(tmp_path / "t", **{"compaction.group_by_parents": "false"})
+    c = on.compaction
+    assert fingerprint_of(on) != fingerprint_of(off)
+    assert fingerprint_of(on) == layout_fingerprint(on.table.clustering_columns, c.weights(), c.curve)

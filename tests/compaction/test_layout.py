@@ -112,13 +112,17 @@ def test_run_and_generation_are_read_from_file_names() -> None:
     assert file_run("d_year=1995/part-s0000000004-abcd-c0000.snappy.parquet") == (0, None)
 
 
-def test_the_layout_fingerprint_changes_with_columns_their_order_weights_and_curve() -> None:
+def test_the_layout_fingerprint_changes_with_columns_their_order_weights_curve_and_parents() -> None:
     base = layout_fingerprint(["a", "b"], {}, "hilbert")
     assert base == layout_fingerprint(["a", "b"], {"a": 1.0}, "hilbert")  # weight 1 is the default
     assert len(base) == 8 and int(base, 16) >= 0
     others = [layout_fingerprint(["b", "a"], {}, "hilbert"), layout_fingerprint(["a"], {}, "hilbert"),
-              layout_fingerprint(["a", "b"], {"b": 2.0}, "hilbert"), layout_fingerprint(["a", "b"], {}, "zorder")]
-    assert len({base, *others}) == 5
+              layout_fingerprint(["a", "b"], {"b": 2.0}, "hilbert"), layout_fingerprint(["a", "b"], {}, "zorder"),
+              layout_fingerprint(["a", "b"], {}, "hilbert", group_by_parents=False)]  # fmt: skip
+    assert len({base, *others}) == 6
+    # Parents on (the default) keeps the ids files carried before the setting existed: they stay current.
+    assert base == layout_fingerprint(["a", "b"], {}, "hilbert", group_by_parents=True) == "3185f55d"
+    assert layout_fingerprint(["c_city", "p_brand1"], {"c_city": 2.0}, "zorder") == "e9c2d182"
 
 
 def test_equal_depth_levels_split_rows_evenly_for_a_skewed_column() -> None:
