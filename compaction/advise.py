@@ -233,7 +233,7 @@ class WorkloadModel:
         grouped = [i for i, p in enumerate(parent) if p is not None]
         caps = [self.ndv[c] for c in cols] + [self.ndv[str(parent[i])] for i in grouped]
         weights = list(candidate.weights) + [candidate.weights[i] for i in grouped]
-        levels = {int(n): choose_levels(n, caps, weights) for n in np.unique(view.files)}
+        levels = {int(n): _levels_for(int(n), tuple(caps), tuple(weights)) for n in np.unique(view.files)}
         # weights that lead to the same levels are the same layout: its reads are computed once
         known = (cols, candidate.partition_by, tuple(parent), tuple(sorted(levels.items())))
         if known in self._reads:
@@ -560,6 +560,12 @@ def _descend(model: WorkloadModel, start: Scored) -> Scored:
         if not improved:
             break
     return best
+
+
+@functools.lru_cache(maxsize=65_536)
+def _levels_for(cells: int, caps: tuple[int, ...], weights: tuple[float, ...]) -> tuple[int, ...]:
+    """``choose_levels``, once per input: the weight search asks for the same levels many times."""
+    return choose_levels(cells, caps, weights)
 
 
 def column_scalar(value: Any, type_: pa.DataType) -> pa.Scalar:

@@ -285,3 +285,17 @@ def test_weights_are_searched_past_the_splits_descent_stops_at() -> None:
     assert not best.candidate.current
     assert best.mean_files_read <= min(grid) + 1e-9
     assert best.mean_files_read < 0.85 * even.mean_files_read
+
+
+def test_weights_that_lead_to_the_same_levels_read_the_same_and_a_memo_hit_equals_a_fresh_score() -> None:
+    model = _model(["s_city = 'city0007'", "c_city BETWEEN 'city0100' AND 'city0300'", "d_year = 1994"])
+    columns = ("s_city", "c_city", "d_year")
+    first = model.score(Candidate(columns, (1.0, 1.0, 1.0), ()))
+    scaled = model.score(Candidate(columns, (3.0, 3.0, 3.0), ()))  # the same split: only ratios count
+    assert scaled.files_read == first.files_read and scaled.files_read is not first.files_read
+    scaled.files_read[0] = -1.0  # a caller's list is its own
+    for weights in [(1.0, 1.0, 1.0), (4.0, 1.0, 1.0), (1.0, 16.0, 2.0)]:
+        remembered = model.score(Candidate(columns, weights, ()))
+        model._reads.clear()
+        assert model.score(Candidate(columns, weights, ())).files_read == remembered.files_read
+    assert model.score(Candidate(columns, (1.0, 1.0, 1.0), ())).files_read[0] >= 1.0
