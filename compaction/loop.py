@@ -59,7 +59,7 @@ from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
 from lakecluster.hierarchy import Parent
 from lakecluster.index.sync import sync as sync_index
-from lakecluster.layout import ClusteringLayout, clustering_depth, layout_fingerprint
+from lakecluster.layout import ClusteringLayout, clustering_depth
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sizes import human_bytes
@@ -323,8 +323,7 @@ class Compactor:
     def fingerprint(self) -> str:
         """The current layout's fingerprint (columns, weights, curve, parents on or off), as rewritten
         files carry it."""
-        cfg = self.config.compaction
-        return layout_fingerprint(self.config.table.clustering_columns, cfg.weights(), cfg.curve, cfg.group_by_parents)
+        return fingerprint_of(self.config)
 
     def sketches(self) -> BoundarySketches:
         """The boundary sketches of the clustering columns; those the stream never sketched (after a
