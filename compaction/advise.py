@@ -235,7 +235,7 @@ class WorkloadModel:
         weights = list(candidate.weights) + [candidate.weights[i] for i in grouped]
         levels = {int(n): _levels_for(int(n), tuple(caps), tuple(weights)) for n in np.unique(view.files)}
         # weights that lead to the same levels are the same layout: its reads are computed once
-        known = (cols, candidate.partition_by, tuple(parent), tuple(sorted(levels.items())))
+        known = (cols, candidate.partition_by, tuple(sorted(levels.items())))  # the parents follow from the first two
         if known in self._reads:
             return Scored(candidate, int(view.files.sum()), list(self._reads[known]),
                           weights=[q.weight for q in self.queries])  # fmt: skip
