@@ -385,21 +385,26 @@ def tune(ctx: Context) -> int:
     from lakecluster.cli.report import writable_out
     from lakecluster.cli.tune import advise, advise_captured, format_advice, format_text, write_page
     from lakecluster.cli.tune import tune as run_tune
+    from lakecluster.compaction.advise import MIN_GAIN
 
     args, table = ctx.args, ctx.table
     if args.since is not None and not args.from_workload:
         raise UsageError("--since", "applies to --from-workload only")
+    if args.min_gain is not None and not (args.queries or args.from_workload):
+        raise UsageError("--min-gain", "applies to --queries and --from-workload only")
+    min_gain = MIN_GAIN if args.min_gain is None else args.min_gain
     if args.out:  # before the work: refused at once
         writable_out(Path(args.out), force=args.force, names=("tune.html",))
     data: dict[str, object] = {}
     texts = []
     thresholds = workload = None
     if args.queries:
-        workload = data["workload"] = advise(table, args.queries, args.sample_rows, keep_columns=args.keep_columns)
+        workload = data["workload"] = advise(table, args.queries, args.sample_rows, keep_columns=args.keep_columns,
+                                             min_gain=min_gain)  # fmt: skip
         texts.append(format_advice(workload))
     elif args.from_workload:
         workload = data["workload"] = advise_captured(_existing(table), args.since, args.sample_rows,
-                                                           keep_columns=args.keep_columns)
+                                                           keep_columns=args.keep_columns, min_gain=min_gain)
         texts.append(format_advice(workload))
     if args.grid or not (args.queries or args.from_workload):
         thresholds = data["thresholds"] = run_tune(table, args.grid)

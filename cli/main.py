@@ -144,6 +144,10 @@ def parser() -> argparse.ArgumentParser:
     tu.add_argument("--keep-columns", action="store_true",
                     help="with --queries or --from-workload: keep the table's clustering columns and partitioning, "
                     "only choose the columns' weights (compaction.column_weights) for the workload")  # fmt: skip
+    tu.add_argument("--min-gain", type=_float_in(0, 1), metavar="SHARE",
+                    help="with --queries or --from-workload: recommend a layout only when it reads at least this "
+                    "share fewer files per query than the current one (default 0.02: a re-cluster for less is not "
+                    "worth it)")  # fmt: skip
     tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")

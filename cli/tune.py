@@ -20,7 +20,15 @@ import pyarrow as pa
 
 from lakecluster import plots
 from lakecluster.cli.workload import iso_ms
-from lakecluster.compaction.advise import Advice, Candidate, Scored, current_candidate, layout_advice
+from lakecluster.compaction.advise import (
+    MIN_GAIN,
+    Advice,
+    Candidate,
+    Scored,
+    current_candidate,
+    gain,
+    layout_advice,
+)
 from lakecluster.compaction.capture import read_capture
 from lakecluster.compaction.captured import CapturedQuery, captured_queries, too_little
 from lakecluster.compaction.partition_sizes import PartitionSizes
@@ -167,9 +175,11 @@ def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str,
     return page
 
 
-def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_columns: bool = False) -> dict[str, Any]:
+def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_columns: bool = False,
+           min_gain: float = MIN_GAIN) -> dict[str, Any]:  # fmt: skip
     """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table;
-    ``keep_columns``: only the weights of the table's clustering columns (``recommend_weights``)."""
+    ``keep_columns``: only the weights of the table's clustering columns (``recommend_weights``);
+    ``min_gain``: the share fewer files per query a layout must read to be recommended."""
     config = lake.config
     try:
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
@@ -178,7 +188,7 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_column
     try:
         queries = parse_workload(lines, config.table.columns)
         advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit,
-                               keep_columns=keep_columns)  # fmt: skip
+                               keep_columns=keep_columns, min_gain=min_gain)  # fmt: skip
     except WorkloadError as e:
         raise e.in_file(queries_path) from None
     return {"workload": queries_path, "queries": len(queries), "keep_columns": keep_columns,
@@ -186,7 +196,7 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_column
 
 
 def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *,
-                    keep_columns: bool = False) -> dict[str, Any]:  # fmt: skip
+                    keep_columns: bool = False, min_gain: float = MIN_GAIN) -> dict[str, Any]:  # fmt: skip
     """Candidate layouts for the workload the query listener captured (``--from-workload``): one query
     per distinct set of predicates, weighted by its scans (``compaction.captured``); ``keep_columns``:
     only the weights of the table's clustering columns."""
@@ -206,9 +216,10 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
     withheld = too_little(capture, captured, config.compaction, now_ms=now_ms)
     if withheld is not None:
         return {**source, "table": lake.uri, "recommended": None, "no_recommendation": withheld, "candidates": [],
-                "current": None, "query_text": [q.text for q in queries], "shapes": _shapes(captured, None, None)}
+                "current": None, "gain": None, "query_text": [q.text for q in queries],
+                "shapes": _shapes(captured, None, None)}
     advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit,
-                           keep_columns=keep_columns)  # fmt: skip
+                           keep_columns=keep_columns, min_gain=min_gain)  # fmt: skip
     data = {"keep_columns": keep_columns, **_advice_data(lake, queries, advice)}
     data["shapes"] = _shapes(captured, data["current"], data["recommended"])
     return {**source, **data}
@@ -247,7 +258,8 @@ def _advice_data(lake: LakeTable, queries: list[Query], advice: Advice) -> dict[
             "table_rows": advice.table_rows, "table_bytes": advice.table_bytes,
             "target_file_bytes": lake.config.compaction.target_file_bytes,
             "candidates": [row(s) for s in advice.ranked], "recommended": None if best is None else row(best),
-            "no_recommendation": advice.withheld, "current": row(advice.current)}  # fmt: skip
+            "no_recommendation": advice.withheld, "current": row(advice.current),
+            "gain": round(gain(advice.ranked[0], advice.current), 4)}  # fmt: skip
 
 
 def _layout(c: dict[str, Any]) -> str:
@@ -303,7 +315,8 @@ def format_advice(data: dict[str, Any]) -> str:
     if best is None:
         lines += ["", f"no recommendation: {data['no_recommendation']}; keep the current settings"]
         return "\n".join(lines)
-    lines += ["", "recommended settings:", "  [table]",
+    lines += ["", f"recommended settings ({data['gain']:.1%} fewer files read per "
+              f"{'scan' if captured else 'query'} than the current ones):", "  [table]",
               f"  partition_by = {best['partition_by']!r}".replace("'", '"'),
               f"  clustering_columns = {best['clustering_columns']!r}".replace("'", '"')]  # fmt: skip
     if len(set(best["column_weights"].values())) > 1:

@@ -55,6 +55,10 @@ MAX_COLUMNS = 4
 MAX_PARTITIONS = 1000
 WEIGHT_ROUNDS = 8
 MAX_WEIGHT = 16.0  # a column weighted 16 gets about 16 times the levels of one weighted 1 (choose_levels)
+# A recommendation must read at least this share fewer files per query than the current layout:
+# below it the gain is within what a sample-based estimate can tell, and adopting a layout costs
+# re-clustering the table (``tune --min-gain``).
+MIN_GAIN = 0.02
 GRID_WEIGHTS = (1.0, 4.0, 16.0)  # the coarse grid one of _tune_weights' descents starts from
 WEIGHT_FACTORS = (16.0, 8.0, 4.0, 2.0, 1.25, 0.8, 0.5, 0.25, 0.125, 0.0625)  # one step of its descent
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
@@ -483,9 +487,10 @@ def current_candidate(columns: Sequence[str], weights: dict[str, float], partiti
 
 def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candidate, sample_limit: int,
                   partitionings: Sequence[tuple[str, ...]] | None = None,
-                  keep_columns: bool = False) -> Advice:  # fmt: skip
+                  keep_columns: bool = False, min_gain: float = 0.0) -> Advice:  # fmt: skip
     """Score the candidate layouts for ``queries`` on a sample of ``lake``'s latest version; with
     ``keep_columns``, only the weights of the current clustering columns (``recommend_weights``).
+    The best is withheld when it reads less than ``min_gain`` fewer files than the current layout.
 
     Raises:
         WorkloadError: a query compares a column with a value of another type.
@@ -507,19 +512,33 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
                           boundaries=config.sketches.boundaries)  # fmt: skip
     ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
                                                                                partitionings=partitionings)
-    withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target)
+    withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target, min_gain=min_gain)
     return Advice(table.version(), files, sample.num_rows, ranked, withheld, actions)
 
 
-def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int) -> str | None:
-    """Why the best-ranked layout is no better than the others (None: it is a recommendation)."""
+def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int, *,
+                          min_gain: float = 0.0) -> str | None:  # fmt: skip
+    """Why the best-ranked layout is no better than the others, or not better enough than the
+    current one (``gain`` below ``min_gain``), to be recommended (None: it is a recommendation)."""
     if sizes.below_one_file(target_file_bytes):
         return sizes.describe(target_file_bytes)
     means = {round(s.mean_files_read, 6) for s in ranked}
     if len(means) == 1:
         return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
                 "the workload does not tell them apart")  # fmt: skip
+    best, current = ranked[0], next((s for s in ranked if s.candidate.current), None)
+    if current is not None and best is not current and gain(best, current) < min_gain:
+        return (f"the best layout reads {best.mean_files_read:,.1f} file(s) per query on average against the current "
+                f"{current.mean_files_read:,.1f}, {gain(best, current):.1%} fewer: below the {min_gain * 100:g}% worth "
+                "re-clustering the table for")  # fmt: skip
     return None
+
+
+def gain(layout: Scored, current: Scored) -> float:
+    """The share fewer files per query ``layout`` reads than ``current`` (negative: more)."""
+    if current.mean_files_read <= 0:
+        return 0.0
+    return 1.0 - layout.mean_files_read / current.mean_files_read
 
 
 def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:

@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 
 from lakecluster import metrics
 from lakecluster.compaction.adoptions import Adoption, AdoptionStore
-from lakecluster.compaction.advise import Scored, column_scalar, current_candidate, layout_advice
+from lakecluster.compaction.advise import Scored, column_scalar, current_candidate, gain, layout_advice
 from lakecluster.compaction.capture import read_capture
 from lakecluster.compaction.captured import captured_queries, too_little
 from lakecluster.compaction.planner import Group
@@ -363,8 +363,7 @@ class AutoLayout:
         result.recommended = _describe(advice.best)
         adoptable = next(s for s in advice.ranked if s.candidate.partition_by == tuple(t.partition_by))
         result.adoptable = _describe(adoptable)
-        if now.mean_files_read > 0:
-            result.gain = round(1 - adoptable.mean_files_read / now.mean_files_read, 4)
+        result.gain = round(gain(adoptable, now), 4)
         result.decision = self._decide(config, adoption, live, version, adoptable, result)
 
     def _decide(self, config: Config, adoption: Adoption | None, live: pa.Table, version: int, best: Scored,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from lakecluster.config import load_config
@@ -82,3 +83,31 @@ def test_status_says_when_the_table_is_below_one_target_file_per_partition(ssb_t
     bigger = run_cli(*table, *SMALL_FILES, "status", cwd=tmp_path)  # partitions of several target files
     assert bigger.returncode == 0, bigger.stderr
     assert "below one target file" not in bigger.stdout
+
+
+def test_tune_recommends_a_layout_only_past_the_minimum_gain(ssb_table: Path, tmp_path: Path) -> None:
+    workload = tmp_path / "q.sql"
+    workload.write_text("c_city = 'UNITED KI1'\ns_city = 'UNITED KI2' AND d_year = 1995\n")
+    args = ["--set", f"table.path={ssb_table}", *SMALL_FILES, "tune", f"--queries={workload}"]
+    found = json.loads(run_cli("--json", *args, cwd=tmp_path).stdout)["workload"]
+    best, now = found["candidates"][0], found["current"]
+    assert found["recommended"] == best and not best["current"]
+    # the means in the output are rounded to 2 decimals, the gain to 4
+    assert found["gain"] == pytest.approx(1 - best["mean_files_read"] / now["mean_files_read"], abs=1e-3)
+    assert found["gain"] > 0.02
+    text = run_cli(*args, cwd=tmp_path)
+    assert f"recommended settings ({found['gain']:.1%} fewer files read per query than the current ones)" in text.stdout
+
+    higher = f"{found['gain'] + 0.01:.2f}"  # a bar just above what the best layout gains
+    withheld = json.loads(run_cli("--json", *args, f"--min-gain={higher}", cwd=tmp_path).stdout)["workload"]
+    assert withheld["recommended"] is None and withheld["gain"] == found["gain"]
+    assert withheld["no_recommendation"].endswith(f"fewer: below the {float(higher) * 100:g}% worth re-clustering "
+                                                  "the table for")  # fmt: skip
+    text = run_cli(*args, f"--min-gain={higher}", cwd=tmp_path)
+    assert "recommended settings" not in text.stdout and "keep the current settings" in text.stdout
+
+    misplaced = run_cli("--set", f"table.path={ssb_table}", "tune", "--min-gain=0.1", cwd=tmp_path)
+    assert misplaced.returncode == 2 and "--min-gain" in misplaced.stderr and "Traceback" not in misplaced.stderr
+    assert "applies to --queries and --from-workload only" in misplaced.stderr
+    out_of_range = run_cli(*args, "--min-gain=1.5", cwd=tmp_path)
+    assert out_of_range.returncode == 2 and "expected a number in 0..1, got '1.5'" in out_of_range.stderr

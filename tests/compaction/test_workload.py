@@ -12,12 +12,16 @@ from deltalake import DeltaTable, write_deltalake
 
 from lakecluster.compaction.advise import (
     GRID_WEIGHTS,
+    MIN_GAIN,
     Candidate,
+    Scored,
     WorkloadModel,
     recommend,
     recommend_weights,
     sample_rows,
+    why_no_recommendation,
 )
+from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.workload import Predicate, WorkloadError, parse_workload
 from lakecluster.config import load_config
@@ -152,6 +156,23 @@ def test_a_tie_keeps_the_current_layout_and_repeated_values_count_once() -> None
     once, repeated = _model(["s_city IN ('city0001')", "s_city IN ('city0001', 'city0001', 'city0001')"]).score(
         Candidate(("s_city",), (1.0,), ())).files_read  # fmt: skip
     assert once == repeated
+
+
+def test_a_layout_within_the_minimum_gain_of_the_current_one_is_not_recommended() -> None:
+    current = Scored(Candidate(("s_city",), (1.0,), (), current=True), 100, [100.0, 50.0])
+    sizes = PartitionSizes(1, 100 * 1000)  # 100 target files: the layout matters
+
+    def ranked(mean: float) -> list[Scored]:  # a layout of another column reading ``mean`` per query
+        return [Scored(Candidate(("c_city",), (1.0,), ()), 100, [mean, mean]), current]
+
+    slightly = ranked(74.9)  # 0.13 % fewer than the current 75: noise of the sample, and a re-cluster
+    withheld = why_no_recommendation(slightly, sizes, 1000, min_gain=MIN_GAIN)
+    assert withheld == ("the best layout reads 74.9 file(s) per query on average against the current 75.0, 0.1% "
+                        "fewer: below the 2% worth re-clustering the table for")  # fmt: skip
+    assert why_no_recommendation(ranked(75 * (1 - MIN_GAIN) - 0.01), sizes, 1000, min_gain=MIN_GAIN) is None
+    assert why_no_recommendation(slightly, sizes, 1000) is None  # no minimum: any gain is recommended
+    kept = [current, Scored(Candidate(("c_city",), (1.0,), ()), 100, [80.0, 80.0])]  # the current layout is best
+    assert why_no_recommendation(kept, sizes, 1000, min_gain=0.5) is None
 
 
 def _hierarchy(clauses: list[str], rows: int = 50_000) -> WorkloadModel:
