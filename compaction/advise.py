@@ -44,7 +44,7 @@ from lakecluster.compaction.planner import DataFile, snapshot_files
 from lakecluster.compaction.table_sketches import parent_candidates
 from lakecluster.cuts import Unit, level_cuts
 from lakecluster.errors import LakeclusterError
-from lakecluster.hierarchy import find_parents
+from lakecluster.hierarchy import parent_choices
 from lakecluster.layout import choose_levels, even_cuts
 from lakecluster.sketches import numeric_values
 from lakecluster.table import LakeTable
@@ -261,14 +261,17 @@ class WorkloadModel:
         self._reads[known] = tuple(scored.files_read)
         return scored
 
-    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _parent(self, column: str, taken: tuple[str, ...]) -> str | None:
         """``column``'s parent (``lakecluster.hierarchy``) as the compactor would find it were the
         column a clustering column beside ``taken`` (clustering and partition columns, never parents)."""
+        return next((p for p in self._parent_choices(column) if p not in taken), None)
+
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
+    def _parent_choices(self, column: str) -> tuple[str, ...]:
+        """``column``'s possible parents, best first: searched once per column, not once per layout."""
         if self.ndv[column] > self.boundaries:
-            return None  # the compactor groups only a column whose boundaries are its values
-        found = find_parents(self.sample, [column], [c for c in self.parent_candidates if c not in taken])
-        return found[column].parent if column in found else None
+            return ()  # the compactor groups only a column whose boundaries are its values
+        return tuple(p.parent for p in parent_choices(self.sample, column, self.parent_candidates))
 
     def _related(self, column: str, other: str) -> bool:
         """Whether ``other`` is ``column`` or in one hierarchy with it (a function of it, or it of ``other``)."""

@@ -85,34 +85,40 @@ def find_parents(sample: pa.Table, children: Sequence[str], candidates: Sequence
     """
     found: dict[str, Parent] = {}
     for child in children:
-        if child not in sample.column_names or not pa.types.is_string(sample.schema.field(child).type):
-            continue
-        best: tuple[int, Parent] | None = None
-        for other in candidates:
-            if other == child or other in children or other not in sample.column_names:
-                continue
-            both = sample.select([child, other]).filter(
-                pc.and_(pc.is_valid(sample[child]), pc.is_valid(sample[other])))
-            if both.num_rows == 0:
-                continue
-            codes, child_values = _dense(both[child])
-            n = len(child_values)
-            if n < 2 or both.num_rows < MIN_ROWS_PER_VALUE * n:
-                continue
-            parent_codes, parent_values = _dense(both[other])
-            p = len(parent_values)
-            if not 2 <= p < n:
-                continue
-            low = one_each(codes, parent_codes, n)  # every child value has rows: none is -1
-            if low is None:
-                continue  # a child value with two parents
-            runs = 1 + int(np.count_nonzero(np.diff(low)))
-            if runs < MIN_RUNS_PER_VALUE * p:
-                continue  # the child's order already keeps the parent's values together
-            if best is None or p < best[0]:
-                values = np.asarray(child_values.to_pylist(), dtype=object)
-                parents = np.asarray(parent_values.to_pylist(), dtype=object)[low]
-                best = (p, Parent(child, other, values, parents))
-        if best is not None:
-            found[child] = best[1]
+        ranked = parent_choices(sample, child, [c for c in candidates if c not in children])
+        if ranked:
+            found[child] = ranked[0]
     return found
+
+
+def parent_choices(sample: pa.Table, child: str, candidates: Sequence[str]) -> list[Parent]:
+    """Every one of ``candidates`` that is a parent of ``child`` (see above), best first: fewest
+    values, then the order of ``candidates``. :func:`find_parents` takes the first; without some
+    candidates, the first of the others is what it would take (each pair is judged on its own)."""
+    if child not in sample.column_names or not pa.types.is_string(sample.schema.field(child).type):
+        return []
+    found: list[tuple[int, int, Parent]] = []
+    for order, other in enumerate(candidates):
+        if other == child or other not in sample.column_names:
+            continue
+        both = sample.select([child, other]).filter(pc.and_(pc.is_valid(sample[child]), pc.is_valid(sample[other])))
+        if both.num_rows == 0:
+            continue
+        codes, child_values = _dense(both[child])
+        n = len(child_values)
+        if n < 2 or both.num_rows < MIN_ROWS_PER_VALUE * n:
+            continue
+        parent_codes, parent_values = _dense(both[other])
+        p = len(parent_values)
+        if not 2 <= p < n:
+            continue
+        low = one_each(codes, parent_codes, n)  # every child value has rows: none is -1
+        if low is None:
+            continue  # a child value with two parents
+        runs = 1 + int(np.count_nonzero(np.diff(low)))
+        if runs < MIN_RUNS_PER_VALUE * p:
+            continue  # the child's order already keeps the parent's values together
+        values = np.asarray(child_values.to_pylist(), dtype=object)
+        parents = np.asarray(parent_values.to_pylist(), dtype=object)[low]
+        found.append((p, order, Parent(child, other, values, parents)))
+    return [parent for _, _, parent in sorted(found, key=lambda f: f[:2])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from lakecluster.hierarchy import find_parents
+from lakecluster.hierarchy import find_parents, parent_choices
 from lakecluster.stream.ssb import CITIES, NATIONS, REGIONS
 
 
@@ -43,6 +43,20 @@ def test_of_two_scattered_parents_the_one_with_fewer_values_wins() -> None:
     assert found["city"].parent == "half"
     # numbers can be parents too
     assert find_parents(sample, ["city"], ["region_id"])["city"].parent == "region_id"
+
+
+def test_the_parent_choices_rank_what_find_parents_would_pick_without_the_ones_before() -> None:
+    sample = _sample()
+    half = pa.array(np.where(np.isin(np.asarray(sample["region"].to_pylist(), dtype=object),
+                                     ["AFRICA", "ASIA"]), "EAST", "WEST"), pa.string())  # fmt: skip
+    sample = sample.append_column("half", half).append_column("zone", half)  # "zone": a tie with "half"
+    candidates = ["nation", "region", "zone", "segment", "half", "region_id"]
+    ranked = [p.parent for p in parent_choices(sample, "city", candidates)]
+    assert ranked == ["zone", "half", "region", "region_id"]  # fewest values first, then the candidates' order
+    for i, parent in enumerate(ranked):  # each is find_parents' pick once the ones before it are left out
+        left = [c for c in candidates if c not in ranked[:i]]
+        assert find_parents(sample, ["city"], left)["city"].parent == parent
+    assert parent_choices(sample, "amount", candidates) == []  # a number keeps its own order
 
 
 def test_no_parent_without_enough_rows_per_value_nor_for_a_numeric_or_clustering_column() -> None:
