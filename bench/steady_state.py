@@ -78,9 +78,9 @@ POLICIES = (
     # the point queries here are on the clustering columns themselves, which a city's region
     # (compaction.group_by_parents) does not serve: the same policies without it
     Policy("defaults, cities not cut by their region", "tiered", {"compaction.group_by_parents": "false"}),
-    *(Policy(f"tiered + main-run merge at {ratio}, fan-out 8, cities not cut by their region", "tiered",
-             {**_main_run(ratio, fanout=8).overrides, "compaction.group_by_parents": "false"})
-      for ratio in ("0.35", "0.3")),
+    *(Policy(f"tiered + main-run merge at {ratio}, fan-out {fanout}, cities not cut by their region", "tiered",
+             {**_main_run(ratio, fanout=fanout).overrides, "compaction.group_by_parents": "false"})
+      for ratio, fanout in (("0.35", 8), ("0.3", 8), ("0.35", 3))),
     Policy("whole table re-clustered every 2 rounds", "full", full_every=2),
     Policy("whole table re-clustered every 8 rounds", "full", full_every=8),
 )
@@ -209,9 +209,9 @@ def plot(results: list[dict], path: Path) -> bool:
     if (plt := _pyplot()) is None:
         return False
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    for r in results:
+    for r, color in zip(results, _colors(plt, len(results)), strict=True):
         marker = "s" if "re-clustered" in r["policy"] else ("x" if "only" in r["policy"] else "o")
-        ax.scatter(r["wa"], r["x_bound_avg"], marker=marker, s=60, label=r["policy"])
+        ax.scatter(r["wa"], r["x_bound_avg"], marker=marker, s=60, color=color, label=r["policy"])
     ax.set_yscale("log")
     ax.axhline(1.3, ls="--", c="grey", lw=0.8)
     ax.axvline(3, ls="--", c="grey", lw=0.8)
@@ -227,8 +227,8 @@ def plot(results: list[dict], path: Path) -> bool:
 def plot_over_time(results: list[dict], path: Path) -> bool:
     if (plt := _pyplot()) is None:
         return False
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
-    for r in results:
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 9.5), sharex=True)
+    for r, color in zip(results, _colors(plt, len(results)), strict=True):
         rounds = r.get("rounds") or []
         if not rounds:
             continue
@@ -236,8 +236,8 @@ def plot_over_time(results: list[dict], path: Path) -> bool:
         # better), so N steps back after such a round.
         batches = [x["batches"] for x in rounds]
         style = "--" if "re-clustered" in r["policy"] else (":" if "only" in r["policy"] else "-")
-        top.plot(batches, [x["x_bound"] for x in rounds], style, lw=1.2, label=r["policy"])
-        bottom.plot(batches, [x["wa"] for x in rounds], style, lw=1.2, label=r["policy"])
+        top.plot(batches, [x["x_bound"] for x in rounds], style, lw=1.2, color=color, label=r["policy"])
+        bottom.plot(batches, [x["wa"] for x in rounds], style, lw=1.2, color=color)
     top.set_yscale("log")
     top.axhline(1.3, ls="--", c="grey", lw=0.8)
     top.set_ylabel("files scanned / N^(2/3)")
@@ -245,10 +245,17 @@ def plot_over_time(results: list[dict], path: Path) -> bool:
     bottom.axhline(3, ls="--", c="grey", lw=0.8)
     bottom.set_ylabel("write amplification so far")
     bottom.set_xlabel("micro-batches streamed (one compaction round every few), the table growing to the end size")
-    bottom.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    # below the plots, not over them: a dozen policies cover the lines
+    fig.legend(*top.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     fig.savefig(path, dpi=110)
     return True
+
+
+def _colors(plt, n: int) -> list:  # type: ignore[no-untyped-def]
+    """A distinct color per policy: the default cycle repeats after 10."""
+    palette = plt.get_cmap("tab20").colors
+    return [palette[(2 * i) % 20 + (2 * i) // 20 % 2] for i in range(n)]
 
 
 NOTES = """
