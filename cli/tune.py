@@ -41,7 +41,7 @@ from lakecluster.errors import LakeclusterError, UsageError
 from lakecluster.hierarchy import Parent
 from lakecluster.sizes import human_bytes, human_duration, mebibytes
 from lakecluster.suggest import did_you_mean
-from lakecluster.table import LakeTable
+from lakecluster.table import LakeTable, table_properties
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
     candidates = grid(config.compaction, axes)
     parents: dict[str, Parent] = {}
     if config.compaction.group_by_parents:  # as the compactor finds them; without, when it cannot
-        configuration = {k: v for k, v in table.metadata().configuration.items() if v is not None}
+        configuration = table_properties(table.metadata().configuration)
         try:
             parents = table_parents(config, lake, actions, table.version(), configuration)
         except (OSError, pa.ArrowException) as e:

@@ -47,7 +47,7 @@ from lakecluster.errors import LakeclusterError
 from lakecluster.hierarchy import parent_choices
 from lakecluster.layout import choose_levels, even_cuts
 from lakecluster.sketches import numeric_values
-from lakecluster.table import LakeTable
+from lakecluster.table import LakeTable, table_properties
 
 from .workload import Predicate, Query, WorkloadError
 
@@ -506,7 +506,7 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     used = {c for q in queries for c in q.columns}
     parents: list[str] = []
     if config.compaction.group_by_parents:  # the columns the compactor looks for parents among
-        parents = parent_candidates(config, {k: v for k, v in table.metadata().configuration.items() if v is not None})
+        parents = parent_candidates(config, table_properties(table.metadata().configuration))
     wanted = used | set(current.clustering_columns) | set(t.partition_by) | set(parents)
     columns = [c.name for c in t.columns if c.name in wanted]
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)

@@ -9,7 +9,7 @@ from lakecluster.table.handle import LakeTable
 from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges, TableLog
-from lakecluster.table.metadata import METADATA_KEY, parse_user_metadata, user_metadata
+from lakecluster.table.metadata import METADATA_KEY, parse_user_metadata, table_properties, user_metadata
 from lakecluster.table.paths import TablePaths
 from lakecluster.table.sketch_store import SketchStore, load_or_empty
 from lakecluster.table.spec import TableSpec, check_schema, create_table
@@ -35,5 +35,6 @@ __all__ = [
     "create_table",
     "load_or_empty",
     "parse_user_metadata",
+    "table_properties",
     "user_metadata",
 ]

@@ -34,6 +34,7 @@ from lakecluster.log_stats import partition_array
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
+from lakecluster.table.metadata import table_properties
 from lakecluster.table.snapshot import Unsupported, parse_stats
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class LiveFiles:
             actions, configuration = pa.table(table.get_add_actions(flatten=True)), table.metadata().configuration
             version = table.version()
         self.table = self._from_actions(actions)
-        self.configuration = {k: v for k, v in configuration.items() if v is not None}
+        self.configuration = table_properties(configuration)
         self.version = version
         self.full_reads += 1
         self._changes.clear()

@@ -8,6 +8,7 @@ attempt id for a rewrite. Other writers' commits carry none (or other text), whi
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 # commitInfo.userMetadata of every lakecluster commit is a JSON object under this key.
@@ -29,3 +30,9 @@ def parse_user_metadata(text: Any) -> dict | None:
         return None
     inner = data.get(METADATA_KEY) if isinstance(data, dict) else None
     return inner if isinstance(inner, dict) else None
+
+
+def table_properties(configuration: Mapping[str, str | None]) -> dict[str, str]:
+    """A table's properties (``metaData.configuration``) that have a value: delta-rs gives a
+    property written as null as None, which no reader of a property expects."""
+    return {k: v for k, v in configuration.items() if v is not None}
