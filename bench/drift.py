@@ -300,7 +300,7 @@ def hindsight_layout(path: Path, clauses: Sequence[str], target: int) -> tuple[l
     queries = path.parent / "hindsight.sql"
     queries.write_text("\n".join(clauses) + "\n")
     cfg = lakecluster_config(path, FIRST_COLUMNS, {}, target)
-    data = advise(LakeTable(load_config(cfg, environ={})), str(queries), 200_000)
+    data = advise(LakeTable(load_config(cfg, environ={})), str(queries), 200_000, min_gain=0.0)
     best = data["recommended"] or data["current"]
     return list(best["clustering_columns"]), dict(best["column_weights"])
 

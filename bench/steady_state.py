@@ -80,7 +80,7 @@ POLICIES = (
     Policy("defaults, cities not cut by their region", "tiered", {"compaction.group_by_parents": "false"}),
     *(Policy(f"tiered + main-run merge at {ratio}, fan-out {fanout}, cities not cut by their region", "tiered",
              {**_main_run(ratio, fanout=fanout).overrides, "compaction.group_by_parents": "false"})
-      for ratio, fanout in (("0.35", 8), ("0.3", 8), ("0.35", 3))),
+      for ratio, fanout in (("0.35", 8), ("0.3", 8), ("0.35", 3), ("0.5", 3), ("0.5", 8), ("1.0", 4))),
     Policy("whole table re-clustered every 2 rounds", "full", full_every=2),
     Policy("whole table re-clustered every 8 rounds", "full", full_every=8),
 )
@@ -208,7 +208,7 @@ def _pyplot():  # type: ignore[no-untyped-def]
 def plot(results: list[dict], path: Path) -> bool:
     if (plt := _pyplot()) is None:
         return False
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    fig, ax = plt.subplots(figsize=(8, 7))
     for r, color in zip(results, _colors(plt, len(results)), strict=True):
         marker = "s" if "re-clustered" in r["policy"] else ("x" if "only" in r["policy"] else "o")
         ax.scatter(r["wa"], r["x_bound_avg"], marker=marker, s=60, color=color, label=r["policy"])
@@ -218,8 +218,8 @@ def plot(results: list[dict], path: Path) -> bool:
     ax.set_xlabel("write amplification (compaction bytes / stream bytes)")
     ax.set_ylabel("files scanned / N^(2/3) (mean over 2nd half)")
     ax.set_title("Steady state: skipping vs rewrite cost (goal: ≤ 1.3 at WA ≤ 3)")
-    ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.3, 1, 1))
     fig.savefig(path, dpi=110)
     return True
 
@@ -253,9 +253,9 @@ def plot_over_time(results: list[dict], path: Path) -> bool:
 
 
 def _colors(plt, n: int) -> list:  # type: ignore[no-untyped-def]
-    """A distinct color per policy: the default cycle repeats after 10."""
-    palette = plt.get_cmap("tab20").colors
-    return [palette[(2 * i) % 20 + (2 * i) // 20 % 2] for i in range(n)]
+    """A distinct hue per policy: the default cycle repeats after 10."""
+    palette = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors, *plt.get_cmap("Set1").colors]
+    return [palette[i % len(palette)] for i in range(n)]
 
 
 NOTES = """

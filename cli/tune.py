@@ -259,7 +259,7 @@ def _advice_data(lake: LakeTable, queries: list[Query], advice: Advice) -> dict[
             "target_file_bytes": lake.config.compaction.target_file_bytes,
             "candidates": [row(s) for s in advice.ranked], "recommended": None if best is None else row(best),
             "no_recommendation": advice.withheld, "current": row(advice.current),
-            "gain": round(gain(advice.ranked[0], advice.current), 4)}  # fmt: skip
+            "gain": gain(advice.ranked[0], advice.current)}  # fmt: skip
 
 
 def _layout(c: dict[str, Any]) -> str:
@@ -314,6 +314,9 @@ def format_advice(data: dict[str, Any]) -> str:
             lines.append(f"  ... {len(data['shapes']) - SHOWN_QUERIES} more in --json")
     if best is None:
         lines += ["", f"no recommendation: {data['no_recommendation']}; keep the current settings"]
+        return "\n".join(lines)
+    if best["current"]:
+        lines += ["", "the current settings read the fewest files of the candidates: keep them"]
         return "\n".join(lines)
     lines += ["", f"recommended settings ({data['gain']:.1%} fewer files read per "
               f"{'scan' if captured else 'query'} than the current ones):", "  [table]",

@@ -530,18 +530,19 @@ def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_fi
         return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
                 "the workload does not tell them apart")  # fmt: skip
     best, current = ranked[0], next((s for s in ranked if s.candidate.current), None)
-    if current is not None and best is not current and gain(best, current) < min_gain:
+    if current is not None and best is not current and (share := gain(best, current)) < min_gain:
         return (f"the best layout reads {best.mean_files_read:,.1f} file(s) per query on average against the current "
-                f"{current.mean_files_read:,.1f}, {gain(best, current):.1%} fewer: below the {min_gain * 100:g}% worth "
+                f"{current.mean_files_read:,.1f}, {share:.2%} fewer: below the {min_gain * 100:g}% worth "
                 "re-clustering the table for")  # fmt: skip
     return None
 
 
 def gain(layout: Scored, current: Scored) -> float:
-    """The share fewer files per query ``layout`` reads than ``current`` (negative: more)."""
+    """The share fewer files per query ``layout`` reads than ``current`` (negative: more), to 4
+    decimals: what is printed is what is compared with a minimum."""
     if current.mean_files_read <= 0:
         return 0.0
-    return 1.0 - layout.mean_files_read / current.mean_files_read
+    return round(1.0 - layout.mean_files_read / current.mean_files_read, 4)
 
 
 def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:

@@ -363,7 +363,7 @@ class AutoLayout:
         result.recommended = _describe(advice.best)
         adoptable = next(s for s in advice.ranked if s.candidate.partition_by == tuple(t.partition_by))
         result.adoptable = _describe(adoptable)
-        result.gain = round(gain(adoptable, now), 4)
+        result.gain = gain(adoptable, now)
         result.decision = self._decide(config, adoption, live, version, adoptable, result)
 
     def _decide(self, config: Config, adoption: Adoption | None, live: pa.Table, version: int, best: Scored,

@@ -111,3 +111,16 @@ def test_tune_recommends_a_layout_only_past_the_minimum_gain(ssb_table: Path, tm
     assert "applies to --queries and --from-workload only" in misplaced.stderr
     out_of_range = run_cli(*args, "--min-gain=1.5", cwd=tmp_path)
     assert out_of_range.returncode == 2 and "expected a number in 0..1, got '1.5'" in out_of_range.stderr
+
+
+def test_tune_says_to_keep_the_current_settings_when_they_rank_first(ssb_table: Path, tmp_path: Path) -> None:
+    workload = tmp_path / "q.sql"
+    workload.write_text("d_year = 1995\n")  # the table is partitioned by the year: no layout reads fewer files
+    args = ["--set", f"table.path={ssb_table}", *SMALL_FILES, "--set", 'table.clustering_columns=["s_city"]',
+            "tune", f"--queries={workload}"]  # fmt: skip
+    found = json.loads(run_cli("--json", *args, cwd=tmp_path).stdout)["workload"]
+    assert found["recommended"]["current"] and found["gain"] == 0.0 and found["no_recommendation"] is None
+    text = run_cli(*args, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "the current settings read the fewest files of the candidates: keep them" in text.stdout
+    assert "recommended settings" not in text.stdout
