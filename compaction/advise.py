@@ -46,6 +46,7 @@ from lakecluster.cuts import Unit, level_cuts
 from lakecluster.errors import LakeclusterError
 from lakecluster.hierarchy import parent_choices
 from lakecluster.layout import choose_levels, even_cuts
+from lakecluster.parquet_files import first_rows
 from lakecluster.sketches import numeric_values
 from lakecluster.table import LakeTable, table_properties
 
@@ -116,7 +117,7 @@ def sample_rows(dataset: pds.Dataset, files: Sequence[DataFile], columns: Sequen
             if taken >= wanted:
                 break
             one = pds.FileSystemDataset([fragment], dataset.schema, dataset.format, dataset.filesystem)
-            piece = one.head(min(n, wanted - taken), columns=list(columns))
+            piece = first_rows(one, min(n, wanted - taken), columns)
             parts.append(piece)
             taken += piece.num_rows
         if taken:

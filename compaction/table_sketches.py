@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,7 @@ import pyarrow.dataset as pds
 
 from lakecluster.config import Config
 from lakecluster.hierarchy import Parent, find_parents
+from lakecluster.parquet_files import file_head
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.sizes import human_bytes
 from lakecluster.sketches import BoundarySketches
@@ -111,6 +113,7 @@ def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int
 
 
 PARENT_SAMPLE_FILES = 256  # parents are looked for in rows from this many files at most, a slice of each
+SAMPLE_READERS = 8  # files spread_rows reads at once
 
 
 def spread_rows(table: LakeTable, live: pa.Table, version: int, columns: Sequence[ColumnSpec],
@@ -123,12 +126,15 @@ def spread_rows(table: LakeTable, live: pa.Table, version: int, columns: Sequenc
     if not chosen.num_rows:
         return pa.table({c.name: pa.array([], arrow_schema((c,)).field(0).type) for c in columns})
     fs, root = filesystem(table.uri, table.storage)
-    parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
     schema = arrow_schema(tuple(columns))
     each = max(1, rows // chosen.num_rows)
-    parts = [pds.dataset([data_file(root, p)], schema=schema, format=parquet, filesystem=fs).head(
-        each, columns=[c.name for c in columns]) for p in chosen["path"].to_pylist()]  # fmt: skip
-    return pa.concat_tables(parts)
+
+    def head(path: str) -> pa.Table:
+        return file_head(fs, data_file(root, path), each, schema)
+
+    # Hundreds of small reads, each mostly waiting on storage (a footer, a page per column): in parallel.
+    with ThreadPoolExecutor(max_workers=SAMPLE_READERS) as pool:
+        return pa.concat_tables(list(pool.map(head, chosen["path"].to_pylist())))
 
 
 def parent_candidates(config: Config, configuration: Mapping[str, str]) -> list[str]:
