@@ -308,8 +308,7 @@ def first_rows(dataset: pds.Dataset, rows: int, columns: Sequence[str]) -> pa.Ta
         batch = batch.slice(0, rows - taken)
         batches.append(batch)
         taken += batch.num_rows
-    table = pa.Table.from_batches(batches, schema=scanner.projected_schema)
-    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64)))  # a copy: no buffer beyond these rows
+    return _copied(pa.Table.from_batches(batches, schema=scanner.projected_schema))
 
 
 def file_head(filesystem: pafs.FileSystem, path: str, rows: int, schema: pa.Schema) -> pa.Table:
@@ -320,10 +319,13 @@ def file_head(filesystem: pafs.FileSystem, path: str, rows: int, schema: pa.Sche
     with filesystem.open_input_file(path) as source:
         parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
         present = [f.name for f in schema if f.name in parquet.schema_arrow.names]
-        batch = next(parquet.iter_batches(batch_size=max(rows, 1), columns=present), None) if rows > 0 else None
-        got = pa.Table.from_batches([batch]) if batch is not None else None
-        n = 0 if got is None else min(rows, got.num_rows)
-        columns = [got[f.name].slice(0, n).cast(f.type) if got is not None and f.name in present
-                   else pa.nulls(n, f.type) for f in schema]  # fmt: skip
-    table = pa.Table.from_arrays(columns, schema=schema)
-    return table.take(pa.array(np.arange(n, dtype=np.int64)))  # a copy: no buffer beyond these rows
+        batch = next(parquet.iter_batches(batch_size=rows, columns=present), None) if rows > 0 else None
+    n = 0 if batch is None else batch.num_rows  # at most ``rows``: the batch size
+    columns = [batch.column(f.name).cast(f.type) if batch is not None and f.name in present else pa.nulls(n, f.type)
+               for f in schema]  # fmt: skip
+    return _copied(pa.Table.from_arrays(columns, schema=schema))
+
+
+def _copied(table: pa.Table) -> pa.Table:
+    """``table`` in buffers of its own: a slice of a larger batch keeps the whole batch alive."""
+    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64)))
