@@ -36,25 +36,39 @@ SCRIPT = textwrap.dedent("""
         return {"seconds": time.monotonic() - started, "samples": samples,
                 "jvm": [s for s in samples if s[0].startswith("lakecluster_jvm_")]}
 
+    def no_reader():
+        deadline = time.monotonic() + 30
+        while any(t.name == READER_THREAD for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def scrape_jvm():
+        # On a loaded machine one read may miss its 0.5 s bound, leaving that scrape without JVM
+        # series (by design); a JVM that answers shows up within a few scrapes.
+        for attempt in range(1, 11):
+            seen = scrape()
+            if seen["jvm"]:
+                break
+            no_reader()
+        seen["attempts"] = attempt
+        return seen
+
     out["before"] = scrape()
     out["before"]["pyspark_imported"] = "pyspark" in sys.modules
 
     from pyspark import SparkConf, SparkContext
     sc = SparkContext(conf=SparkConf().setMaster("local[1]").setAppName("jvm-metrics")
                       .set("spark.driver.memory", "512m").set("spark.ui.enabled", "false"))
-    out["running"] = scrape()
+    out["running"] = scrape_jvm()
     sc._jvm.java.lang.System.gc()  # one more collection, which the next scrape must count
-    out["after_gc"] = scrape()
+    out["after_gc"] = scrape_jvm()
 
     os.environ[PAUSE_ENV] = "jvm_metrics:2"  # the JVM read hangs for 2 s
     out["stuck"] = scrape()
     out["still_stuck"] = scrape()
     out["still_stuck"]["readers"] = sum(t.name == READER_THREAD for t in threading.enumerate())
     del os.environ[PAUSE_ENV]
-    deadline = time.monotonic() + 30
-    while any(t.name == READER_THREAD for t in threading.enumerate()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    out["recovered"] = scrape()
+    no_reader()
+    out["recovered"] = scrape_jvm()
 
     sc.stop()
     out["stopped"] = scrape()
@@ -101,7 +115,7 @@ def test_jvm_metrics_follow_the_driver_jvm_and_never_hold_a_scrape() -> None:
         assert seen[phase]["jvm"] == [] and seen[phase]["seconds"] < 2, phase
         assert any(n == "lakecluster_stream_rows_total" for n, _, _ in seen[phase]["samples"]), phase
     assert seen["still_stuck"]["readers"] == 1
-    assert seen["recovered"]["jvm"]
+    assert seen["recovered"]["jvm"], seen["recovered"]["attempts"]
 
     assert seen["stopped"]["jvm"] == [] and seen["stopped"]["seconds"] < 2
 
