@@ -14,7 +14,7 @@
    one to ``--target-mib`` files. Throughput: input MB / seconds from the first read to the
    committed version.
 3. On each layout (and the input), in another new process: the 13 SSB queries through Spark +
-   delta-spark (files read by Spark's scan metric, seconds of one run after a warm-up), and the
+   delta-spark (files and bytes read by Spark's scan metrics, seconds of one run after a warm-up), and the
    correctness checks: the row count and an order-independent hash of every column, read once by
    delta-rs and once by DuckDB's delta extension, must equal the input's, and every query must
    return the input's answer. The layout is deleted once measured.
@@ -165,7 +165,7 @@ def fingerprint(path: Path) -> dict:
 
 
 def queries(path: Path) -> dict:
-    from tests.spark_scans import files_scanned
+    from tests.spark_scans import bytes_scanned, files_scanned
 
     spark = _spark()
     out = {}
@@ -175,7 +175,8 @@ def queries(path: Path) -> dict:
         frame = spark.sql(text)
         started = time.perf_counter()
         result = frame.collect()
-        out[name] = {"files": files_scanned(frame), "seconds": time.perf_counter() - started,
+        out[name] = {"files": files_scanned(frame), "bytes": bytes_scanned(frame),
+                     "seconds": time.perf_counter() - started,
                      "answer": sorted(repr(tuple(r)) for r in result)}  # fmt: skip
     files = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"])
     return {"queries": out, "files": files}
@@ -233,6 +234,8 @@ def render(command: str, facts: dict, layouts: dict[str, dict], failed: dict[str
         row(f"{q} files read", [f"{v['queries'][q]['files']:,}" for v in layouts.values()])
     row("**files read, 13 queries**", [f"**{sum(x['files'] for x in v['queries'].values()):,}**"
                                        for v in layouts.values()])  # fmt: skip
+    row("**MB read, 13 queries**", [f"**{sum(x['bytes'] for x in v['queries'].values()) / 1e6:,.0f}**"
+                                    for v in layouts.values()])  # fmt: skip
     row("**query seconds, 13 queries**", [f"**{sum(x['seconds'] for x in v['queries'].values()):.1f}**"
                                           for v in layouts.values()])  # fmt: skip
     mine = layouts["lakecluster"]
@@ -241,12 +244,15 @@ def render(command: str, facts: dict, layouts: dict[str, dict], failed: dict[str
         if other in layouts and "seconds" in layouts[other]:
             ratios.append(f"{layouts[other]['seconds'] / mine['seconds']:.2f} × {other}'s MB/s")
     totals = {k: sum(x["files"] for x in v["queries"].values()) for k, v in layouts.items()}
+    read = {k: sum(x["bytes"] for x in v["queries"].values()) for k, v in layouts.items()}
     others = [k for k in names if k not in ("lakecluster", "as ingested")]
     fewest = sum(all(mine["queries"][q]["files"] <= layouts[k]["queries"][q]["files"] for k in others)
                  for q in QUERIES)  # fmt: skip
     summary = (f"\nlakecluster rewrote at {', '.join(ratios)}; it read "
                + ", ".join(f"{totals['lakecluster'] / totals[k]:.2f} × {k}'s files" for k in others)
-               + f", the fewest (or tied) on {fewest} of the {len(QUERIES)} queries. Goal: ≥ 1.5 × Delta ZORDER's"
+               + f", the fewest (or tied) on {fewest} of the {len(QUERIES)} queries; it read "
+               + ", ".join(f"{read['lakecluster'] / read[k]:.2f} × {k}'s bytes" for k in others)
+               + ". Goal: ≥ 1.5 × Delta ZORDER's"
                " MB/s and ≥ 1.0 × delta-rs's, with no worse layout.\n")  # fmt: skip
     summary += "".join(f"\n{k} failed: `{v}`\n" for k, v in failed.items())
     return (f"## Production size\n\n`{command}` — {facts['rows']:,} rows of the flattened SSB table "

@@ -1,20 +1,19 @@
-"""Files Spark's file scans really read for a query: the ``numFiles`` metric of every scan in the
-executed plan (adaptive plans and query stages included), summed."""
+"""What Spark's file scans really read for a query: the ``numFiles`` and ``filesSize`` metrics of
+every scan in the executed plan (adaptive plans and query stages included), summed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def files_scanned(frame: Any) -> int:
-    """After ``frame`` has run (collect it first): the files its scans read."""
-    files = 0
+def _scan_metric(frame: Any, name: str) -> int:
+    total = 0
 
     def walk(node: Any) -> None:
-        nonlocal files
-        metric = node.metrics().get("numFiles")  # a file scan's "number of files read"
+        nonlocal total
+        metric = node.metrics().get(name)  # a file scan's driver metric; other nodes lack it
         if metric.isDefined():
-            files += int(metric.get().value())
+            total += int(metric.get().value())
         kind = node.getClass().getSimpleName()
         if kind == "AdaptiveSparkPlanExec":
             walk(node.finalPhysicalPlan())
@@ -25,4 +24,14 @@ def files_scanned(frame: Any) -> int:
             walk(children.apply(i))
 
     walk(frame._jdf.queryExecution().executedPlan())
-    return files
+    return total
+
+
+def files_scanned(frame: Any) -> int:
+    """After ``frame`` has run (collect it first): the files its scans read."""
+    return _scan_metric(frame, "numFiles")
+
+
+def bytes_scanned(frame: Any) -> int:
+    """After ``frame`` has run (collect it first): the bytes of the files its scans read."""
+    return _scan_metric(frame, "filesSize")

@@ -119,7 +119,7 @@ LONG_VALUES = sorted({_HEAD + c + tail for c in ("a", "~", "\x7f", "é", "\uffff
 @pytest.mark.integration
 def test_readers_skipping_files_by_cut_string_bounds_return_every_matching_row(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tests.conftest import duckdb_connection
-    from tests.spark_scans import files_scanned
+    from tests.spark_scans import bytes_scanned, files_scanned
 
     schema = pa.schema([("id", pa.int64()), ("s", pa.string())])
     DeltaTable.create(str(tmp_path), schema)
@@ -146,6 +146,10 @@ def test_readers_skipping_files_by_cut_string_bounds_return_every_matching_row(s
     assert list(frame.collect()[0]) == [1] * len(LONG_VALUES)
     # the bounds did the skipping: at most the two files around each value
     assert files_scanned(frame) <= 2 * len(LONG_VALUES) < len(writes) * len(LONG_VALUES)
+    everything = spark.sql(f"SELECT count(s) FROM delta.`{tmp_path}` WHERE length(s) > 0")  # no skipping
+    assert everything.collect()[0][0] == len(LONG_VALUES)
+    assert files_scanned(everything) == len(writes)
+    assert bytes_scanned(everything) == sum(f.size for f in writes)
     duck = duckdb_connection()
     rs = QueryBuilder().register("t", DeltaTable(str(tmp_path)))
     for value in LONG_VALUES:
