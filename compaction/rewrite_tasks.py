@@ -13,7 +13,8 @@ one by one and nothing is cached:
    them by key and writes them, a file with more rows than the target cut into equal pieces.
 
 A reducer holds the rows of the output files it writes (about ``compaction.target_file_bytes``
-decoded, times the files per reducer) while it sorts them; a mapper holds one batch.
+decoded, times the files per reducer) while it sorts them, and writes each file a row group at a
+time in key order (``FileWriter.write_rows``), never a sorted copy of it; a mapper holds one batch.
 """
 
 from __future__ import annotations
@@ -108,14 +109,15 @@ def _write_task(spec: RewriteSpec, file_pieces: dict[int, int], partition: dict[
         width = key.type.byte_width
         matrix = np.frombuffer(key.buffers()[1], dtype=np.uint8, count=len(key) * width,
                                offset=key.offset * width).reshape(len(key), width)  # fmt: skip
-        table = table.drop_columns([_KEY]).take(pa.array(argsort_keys(matrix)))
+        order = argsort_keys(matrix)
+        table = table.drop_columns([_KEY])
         k = file_pieces[fid]
         cuts = [(table.num_rows * i) // k for i in range(k + 1)]
         for piece, (start, end) in enumerate(itertools.pairwise(cuts)):
             name = f"part-{spec.file_prefix}-{token}-c{fid:05d}-{piece:03d}.snappy.parquet"
             writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name), table.schema,
                                 partition, spec.stats_columns)  # fmt: skip
-            writer.write(table.slice(start, end - start))
+            writer.write_rows(table, order[start:end])
             f = writer.close()
             yield {"path": f.path, "size": f.size, "num_records": f.num_records,
                    "partition_values": json.dumps(f.partition_values), "stats": f.stats}  # fmt: skip

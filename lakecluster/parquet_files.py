@@ -274,6 +274,13 @@ class FileWriter:
             self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
             self.stats.update(table)
 
+    def write_rows(self, table: pa.Table, indices: np.ndarray) -> None:
+        """The rows of ``table`` at ``indices``, in that order, taken a row group at a time: a
+        sorted copy of a whole file's rows (a GiB for a 128 MiB file) is never held, and taking
+        from a table of many chunks does not concatenate them first."""
+        for start in range(0, len(indices), ROW_GROUP_ROWS):
+            self.write(table.take(pa.array(indices[start : start + ROW_GROUP_ROWS])))
+
     def close(self) -> WrittenFile:
         self._writer.close()
         size = self.fs.get_file_info(self.full).size

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -122,3 +123,52 @@ def test_file_head_reads_the_first_rows_as_the_schema_asks_and_holds_no_more(tmp
     assert head.get_total_buffer_size() <= 1.1 * head.nbytes + 4096
     assert file_head(fs, str(tmp_path / "old.parquet"), 10 * n, schema).num_rows == n  # asked past the end
     assert file_head(fs, str(tmp_path / "old.parquet"), 0, schema).num_rows == 0
+
+
+def test_write_rows_writes_the_rows_in_the_order_given_a_row_group_at_a_time(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from lakecluster import parquet_files
+
+    monkeypatch.setattr(parquet_files, "ROW_GROUP_ROWS", 1000)
+    chunks = [pa.table({"id": pa.array(range(i, i + 700), pa.int64()), "s": [f"v{j}" for j in range(i, i + 700)]})
+              for i in range(0, 3500, 700)]  # fmt: skip
+    table = pa.concat_tables(chunks)  # several chunks, as a reducer's shuffled batches are
+    order = np.random.default_rng(1).permutation(table.num_rows)
+    writer = parquet_files.FileWriter(pafs.LocalFileSystem(), str(tmp_path), "f.parquet", table.schema, {})
+    writer.write_rows(table, order[:3400])
+    written = writer.close()
+    back = pq.ParquetFile(tmp_path / "f.parquet")
+    assert back.read().equals(table.take(pa.array(order[:3400])).combine_chunks())
+    assert [back.metadata.row_group(i).num_rows for i in range(back.metadata.num_row_groups)] == [1000] * 3 + [400]
+    stats = json.loads(written.stats)
+    assert written.num_records == stats["numRecords"] == 3400
+    ids = order[:3400]
+    assert (stats["minValues"]["id"], stats["maxValues"]["id"]) == (int(ids.min()), int(ids.max()))
+
+
+WRITE_ROWS_MEMORY = """
+import resource, sys
+import numpy as np, pyarrow as pa, pyarrow.fs as pafs
+from lakecluster.parquet_files import FileWriter
+rng = np.random.default_rng(2)
+table = pa.concat_tables([pa.table({f"c{i}": rng.random(40_000) for i in range(24)}) for _ in range(40)])
+order = rng.permutation(table.num_rows)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+writer = FileWriter(pafs.LocalFileSystem(), sys.argv[1], "f.parquet", table.schema, {}, stats_columns=())
+writer.write_rows(table, order)
+writer.close()
+print(table.nbytes, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - before)
+"""
+
+
+def test_write_rows_never_holds_a_sorted_copy_of_the_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    out = subprocess.run([sys.executable, "-c", WRITE_ROWS_MEMORY, str(tmp_path)], env=subprocess_env(),
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    table_bytes, growth = map(int, out.stdout.split())
+    # Taking every row at once (a sorted copy, and the chunks concatenated first) grows by more
+    # than the table; a row group at a time by a few row groups.
+    assert table_bytes > 250 << 20 and growth < table_bytes // 3, (table_bytes, growth)
