@@ -185,22 +185,40 @@ def queries(path: Path) -> dict:
 # -- the parent: fresh processes, peak RSS of each tree ------------------------------------------
 
 
-def _tree_rss_mb(root: int) -> float:
-    """RSS of ``root`` and every descendant, from /proc."""
-    return sum(int(fields[21]) for fields in tree_stats(root).values()) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _tree_rss_mb(root: int) -> dict[str, float]:
+    """RSS in MiB of ``root`` and every descendant, from /proc, summed by kind: "java" (the JVM)
+    and "python" (the driver's process and Spark's Python workers)."""
+    page = os.sysconf("SC_PAGE_SIZE") / 2**20
+    by_kind: dict[str, float] = {"java": 0.0, "python": 0.0}
+    for pid, fields in tree_stats(root).items():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                kind = "java" if f.read().strip() == "java" else "python"
+        except OSError:
+            continue
+        by_kind[kind] += int(fields[21]) * page
+    return by_kind
+
+
+PEAK: dict[str, float] = {}  # the last child's tree at its peak, by kind (_tree_rss_mb)
 
 
 def child(*args: str) -> tuple[dict, float]:
-    """Run this script with ``args`` in a new process; (its JSON answer, peak RSS of its tree in MiB)."""
+    """Run this script with ``args`` in a new process; (its JSON answer, peak RSS of its tree in MiB).
+    The tree at that peak, by kind, is left in ``PEAK``."""
     proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     peak = 0.0
     stop = threading.Event()
+    PEAK.clear()
 
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, _tree_rss_mb(proc.pid))
+            now = _tree_rss_mb(proc.pid)
+            if sum(now.values()) > peak:
+                peak = sum(now.values())
+                PEAK.update(now)
             stop.wait(0.25)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -229,6 +247,8 @@ def render(command: str, facts: dict, layouts: dict[str, dict], failed: dict[str
     row("rewrite (s)", [f"{v['seconds']:.0f}" if "seconds" in v else "" for v in layouts.values()])
     row("rewrite MB/s", [f"{mb / v['seconds']:.1f}" if "seconds" in v else "" for v in layouts.values()])
     row("peak RSS, process tree (MiB)", [f"{v['rss_mb']:,.0f}" if "rss_mb" in v else "" for v in layouts.values()])
+    row("of which the JVM / Python", [f"{v['rss_by_kind']['java']:,.0f} / {v['rss_by_kind']['python']:,.0f}"
+                                      if "rss_by_kind" in v else "" for v in layouts.values()])  # fmt: skip
     row("files", [f"{v['files']:,}" for v in layouts.values()])
     for q in QUERIES:
         row(f"{q} files read", [f"{v['queries'][q]['files']:,}" for v in layouts.values()])
@@ -310,7 +330,7 @@ def main() -> None:
                 continue
             finally:
                 shutil.rmtree(path.parent)
-            layouts[method] = {**done, **measured, "rss_mb": rss}
+            layouts[method] = {**done, **measured, "rss_mb": rss, "rss_by_kind": dict(PEAK)}
             assert measured["fingerprint"]["delta-rs"] == reference["fingerprint"]["delta-rs"], f"{method}: rows differ"
             assert measured["fingerprint"]["duckdb"] == reference["fingerprint"]["duckdb"], f"{method}: rows differ"
             assert measured["fingerprint"]["delta-rs"] == measured["fingerprint"]["duckdb"], f"{method}: readers differ"

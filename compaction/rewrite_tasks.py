@@ -8,9 +8,10 @@ one by one and nothing is cached:
    returns the rows per cell (a few thousand numbers); the driver assigns cells to output files
    along the curve (``file_plan``);
 2. **shuffle and write**: the same slices are read whole, a batch at a time; each batch's rows are
-   keyed, split by output file and shipped as Arrow IPC blobs through Spark's shuffle (one record
-   per output file per batch); each reducer concatenates its files' blobs in input order, sorts
-   them by key and writes them, a file with more rows than the target cut into equal pieces.
+   keyed, split by output file and shipped as Arrow IPC blobs (zstd-compressed buffers) through
+   Spark's shuffle (one record per output file per batch); each reducer concatenates its files'
+   blobs in input order, sorts them by key and writes them, a file with more rows than the target
+   cut into equal pieces.
 
 A reducer holds the rows of the output files it writes (about ``compaction.target_file_bytes``
 decoded, times the files per reducer) while it sorts them, and writes each file a row group at a
@@ -41,6 +42,10 @@ SLICE_BYTES = 64 << 20  # input bytes a task reads (its files' sizes on storage)
 BATCH_ROWS = 256 * 1024  # rows a mapper keys and splits at a time
 REDUCER_BYTES = 128 << 20  # input bytes whose rows one reducer sorts and writes
 _KEY = "_lc_key"
+# Rows cross the shuffle as Arrow IPC with zstd-compressed buffers: about a third of their decoded
+# size (SSB's rows), compressed as fast as they are copied, so Spark pickles, compresses, writes
+# and reads a third of the bytes (docs/benchmarks.md, "Production size").
+_SHUFFLED = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
 def _cells(spec: RewriteSpec, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +93,7 @@ def _split_task(spec: RewriteSpec, cells: np.ndarray, file_of_cell: np.ndarray, 
         for start, end in itertools.pairwise(bounds):
             rows = table.take(pa.array(order[start:end]))
             sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, rows.schema) as writer:
+            with pa.ipc.new_stream(sink, rows.schema, options=_SHUFFLED) as writer:
                 writer.write_table(rows)
             yield int(files[order[start]]), (slice_no, batch_no, sink.getvalue().to_pybytes())
 
