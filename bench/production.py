@@ -323,6 +323,7 @@ def main() -> None:
             copy_table(source, path)
             try:
                 done, rss = child("--step", "rewrite", method, str(path), str(target), str(facts["bytes"]))
+                rss_by_kind = dict(PEAK)  # before the queries' child replaces it
                 measured, _ = child("--step", "queries", str(path))
             except StepFailed as e:  # the others still run; the table says which failed
                 print(e, flush=True)
@@ -330,7 +331,7 @@ def main() -> None:
                 continue
             finally:
                 shutil.rmtree(path.parent)
-            layouts[method] = {**done, **measured, "rss_mb": rss, "rss_by_kind": dict(PEAK)}
+            layouts[method] = {**done, **measured, "rss_mb": rss, "rss_by_kind": rss_by_kind}
             assert measured["fingerprint"]["delta-rs"] == reference["fingerprint"]["delta-rs"], f"{method}: rows differ"
             assert measured["fingerprint"]["duckdb"] == reference["fingerprint"]["duckdb"], f"{method}: rows differ"
             assert measured["fingerprint"]["delta-rs"] == measured["fingerprint"]["duckdb"], f"{method}: readers differ"
