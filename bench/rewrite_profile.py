@@ -43,7 +43,8 @@ from bench.skipping import (  # noqa: E402
 # ran them (the first text a line holds wins).
 STAGE_PHASES = (
     ("_merge_counts(", "rows per cell: the clustering columns read in tasks (pyarrow), cell keys (numpy)"),
-    (".collect()", "read the group in tasks, key and split by output file, shuffle Arrow blobs, sort, write"),
+    (".partitionBy(", "read the group in tasks, key it, split it by output file (the shuffle's map side)"),
+    (".collect()", "sort each file's rows by key and write it (the shuffle's reduce side)"),
 )
 
 

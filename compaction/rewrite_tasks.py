@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as pds
 from pyspark.sql import SparkSession
 
 from lakecluster.compaction.planner import Group
@@ -75,26 +76,40 @@ def _merge_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.nd
                                  minlength=len(distinct)).astype(np.int64)  # fmt: skip
 
 
+def _batches(scanner: pds.Scanner, rows: int) -> Iterator[pa.Table]:
+    """The scanner's rows as contiguous tables of at least ``rows`` rows (the last one fewer). A
+    dataset's batches end where its files do: a slice of a thousand small stream files, split file
+    by file, would send a record per file and output file (600,000 for 1,000 into 1,000)."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in scanner.to_batches():
+        if batch.num_rows:
+            pending.append(batch)
+            count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending).combine_chunks()
+            pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending).combine_chunks()
+
+
 def _split_task(spec: RewriteSpec, cells: np.ndarray, file_of_cell: np.ndarray, slice_no: int,
                 paths: Sequence[str]) -> Iterator[tuple[int, tuple[int, int, bytes]]]:  # fmt: skip
     """(output file, (slice, batch, Arrow IPC of the batch's rows for that file, with their key))."""
     scanner = files_dataset(spec, paths).scanner(batch_size=BATCH_ROWS, use_threads=False)
-    for batch_no, batch in enumerate(scanner.to_batches()):
-        if batch.num_rows == 0:
-            continue
-        table = pa.Table.from_batches([batch])
+    for batch_no, table in enumerate(_batches(scanner, BATCH_ROWS)):
         cell, key = _cells(spec, table)
         files = file_of_cell[np.searchsorted(cells, cell)]
         order = np.argsort(files, kind="stable")
         bounds = np.flatnonzero(np.r_[True, np.diff(files[order]) != 0, True])
         keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(key.shape[1]), len(key),
                                                     [None, pa.py_buffer(np.ascontiguousarray(key))])  # fmt: skip
-        table = table.append_column(_KEY, keys)
+        # One gather of the batch in output-file order, then a slice per file (no copy).
+        table = table.append_column(_KEY, keys).take(pa.array(order))
         for start, end in itertools.pairwise(bounds):
-            rows = table.take(pa.array(order[start:end]))
             sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, rows.schema, options=_SHUFFLED) as writer:
-                writer.write_table(rows)
+            with pa.ipc.new_stream(sink, table.schema, options=_SHUFFLED) as writer:
+                writer.write_table(table.slice(start, end - start))
             yield int(files[order[start]]), (slice_no, batch_no, sink.getvalue().to_pybytes())
 
 

@@ -228,6 +228,32 @@ def test_the_local_the_in_task_and_the_spark_rewrite_lay_out_the_same_files(spar
     assert out["tasks"][2] == out["local"][2], "the in-task rewrite puts each row in the file the local one does"
 
 
+def test_the_in_task_rewrite_ships_a_record_per_output_file_and_batch_of_rows_not_per_input_file(  # type: ignore[no-untyped-def]
+    spark, filled, tmp_path: Path
+) -> None:
+    from lakecluster.compaction import rewrite_tasks
+    from lakecluster.layout import file_plan
+
+    table = tmp_path / "t"
+    config = generator_config(table, rows=9_000, per_batch=1_000, **{"table.partition_by": "[]"})
+    filled(config)
+    compactor = Compactor(config, spark=spark)
+    group = compactor.plan().groups[0]
+    layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
+                                    target_cells=12)  # fmt: skip
+    spec = RewriteSpec(str(table), config.table.columns, (), layout, target_files=12, file_prefix="g01-batches")
+    paths = [f.path for f in group.files]
+    cells, counts = rewrite_tasks._merge_counts([rewrite_tasks._count_task(spec, paths)])
+    file_of_cell, _ = file_plan(counts, spec.target_files)
+    records = list(rewrite_tasks._split_task(spec, cells, file_of_cell, 0, paths))
+    # Every stream file spans the whole key range, so split file by file each would send a record
+    # to nearly every output file; gathered into batches of BATCH_ROWS (all 9,000 rows here), one
+    # record per output file.
+    assert len(paths) >= 6 and len(records) == len(set(file_of_cell.tolist())) <= 12
+    shipped = pa.concat_tables(pa.ipc.open_stream(blob).read_all() for _, (_, _, blob) in records)
+    assert shipped.num_rows == group.rows == 9_000
+
+
 def test_a_group_the_spark_tasks_cannot_read_is_rewritten_by_sparks_reader(  # type: ignore[no-untyped-def]
     spark, filled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
