@@ -200,25 +200,20 @@ def _tree_rss_mb(root: int) -> dict[str, float]:
     return by_kind
 
 
-PEAK: dict[str, float] = {}  # the last child's tree at its peak, by kind (_tree_rss_mb)
-
-
-def child(*args: str) -> tuple[dict, float]:
-    """Run this script with ``args`` in a new process; (its JSON answer, peak RSS of its tree in MiB).
-    The tree at that peak, by kind, is left in ``PEAK``."""
+def child(*args: str) -> tuple[dict, dict[str, float]]:
+    """Run this script with ``args`` in a new process; (its JSON answer, RSS in MiB of its tree at
+    its peak, by kind: ``_tree_rss_mb``)."""
     proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
-    peak = 0.0
+    peak: dict[str, float] = {"java": 0.0, "python": 0.0}
     stop = threading.Event()
-    PEAK.clear()
 
     def sample() -> None:
         nonlocal peak
         while not stop.is_set():
             now = _tree_rss_mb(proc.pid)
-            if sum(now.values()) > peak:
-                peak = sum(now.values())
-                PEAK.update(now)
+            if sum(now.values()) > sum(peak.values()):
+                peak = now
             stop.wait(0.25)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -246,7 +241,8 @@ def render(command: str, facts: dict, layouts: dict[str, dict], failed: dict[str
 
     row("rewrite (s)", [f"{v['seconds']:.0f}" if "seconds" in v else "" for v in layouts.values()])
     row("rewrite MB/s", [f"{mb / v['seconds']:.1f}" if "seconds" in v else "" for v in layouts.values()])
-    row("peak RSS, process tree (MiB)", [f"{v['rss_mb']:,.0f}" if "rss_mb" in v else "" for v in layouts.values()])
+    row("peak RSS, process tree (MiB)", [f"{sum(v['rss_by_kind'].values()):,.0f}" if "rss_by_kind" in v else ""
+                                         for v in layouts.values()])  # fmt: skip
     row("of which the JVM / Python", [f"{v['rss_by_kind']['java']:,.0f} / {v['rss_by_kind']['python']:,.0f}"
                                       if "rss_by_kind" in v else "" for v in layouts.values()])  # fmt: skip
     row("files", [f"{v['files']:,}" for v in layouts.values()])
@@ -322,8 +318,7 @@ def main() -> None:
             path = work / "layout" / "table"
             copy_table(source, path)
             try:
-                done, rss = child("--step", "rewrite", method, str(path), str(target), str(facts["bytes"]))
-                rss_by_kind = dict(PEAK)  # before the queries' child replaces it
+                done, peak = child("--step", "rewrite", method, str(path), str(target), str(facts["bytes"]))
                 measured, _ = child("--step", "queries", str(path))
             except StepFailed as e:  # the others still run; the table says which failed
                 print(e, flush=True)
@@ -331,14 +326,14 @@ def main() -> None:
                 continue
             finally:
                 shutil.rmtree(path.parent)
-            layouts[method] = {**done, **measured, "rss_mb": rss, "rss_by_kind": rss_by_kind}
+            layouts[method] = {**done, **measured, "rss_by_kind": peak}
             assert measured["fingerprint"]["delta-rs"] == reference["fingerprint"]["delta-rs"], f"{method}: rows differ"
             assert measured["fingerprint"]["duckdb"] == reference["fingerprint"]["duckdb"], f"{method}: rows differ"
             assert measured["fingerprint"]["delta-rs"] == measured["fingerprint"]["duckdb"], f"{method}: readers differ"
             for q in QUERIES:
                 assert measured["queries"][q]["answer"] == reference["queries"][q]["answer"], f"{method}: {q} differs"
             print(f"{method}: {done['seconds']:.0f} s, {facts['bytes'] / 1e6 / done['seconds']:.1f} MB/s, peak "
-                  f"{rss:,.0f} MiB, {measured['files']} files, read "
+                  f"{sum(peak.values()):,.0f} MiB, {measured['files']} files, read "
                   f"{sum(x['files'] for x in measured['queries'].values())} files in 13 queries", flush=True)
     if "lakecluster" not in layouts:
         return

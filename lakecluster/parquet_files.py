@@ -1,5 +1,5 @@
 """Writing Parquet data files into a Delta table directory, with the stats Delta wants per file
-(and reading a few rows back: ``first_rows``).
+(and reading a few rows back: ``first_rows``, ``file_head``).
 
 Runs inside Spark tasks (``mapInArrow``), so one pass over the data writes the files, computes
 their stats, and (in the stream) feeds the boundary sketches. Files are grouped by partition
@@ -277,7 +277,8 @@ class FileWriter:
     def write_rows(self, table: pa.Table, indices: np.ndarray) -> None:
         """The rows of ``table`` at ``indices``, in that order, taken a row group at a time: a
         sorted copy of a whole file's rows (a GiB for a 128 MiB file) is never held, and taking
-        from a table of many chunks does not concatenate them first."""
+        from a table of several chunks does not concatenate them first. Each take passes over
+        every chunk: for tables of a few chunks, not one per small input file."""
         for start in range(0, len(indices), ROW_GROUP_ROWS):
             self.write(table.take(pa.array(indices[start : start + ROW_GROUP_ROWS])))
 

@@ -201,14 +201,21 @@ def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, fille
     assert read_delta(table).num_rows == 12_000
 
 
-def test_the_local_the_in_task_and_the_spark_rewrite_lay_out_the_same_files(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    table = tmp_path / "t"
-    config = generator_config(table, rows=9_000, per_batch=3_000, **{"table.partition_by": "[]"})
+def _first_group_and_layout(spark, filled, table: Path, per_batch: int):  # type: ignore[no-untyped-def]
+    """An unpartitioned table of 9,000 generated rows, the first group its compactor plans and a
+    Hilbert layout of 12 cells for it: (config, compactor, group, layout)."""
+    config = generator_config(table, rows=9_000, per_batch=per_batch, **{"table.partition_by": "[]"})
     filled(config)
     compactor = Compactor(config, spark=spark)
     group = compactor.plan().groups[0]
     layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
                                     target_cells=12)  # fmt: skip
+    return config, compactor, group, layout
+
+
+def test_the_local_the_in_task_and_the_spark_rewrite_lay_out_the_same_files(spark, filled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    table = tmp_path / "t"
+    config, compactor, group, layout = _first_group_and_layout(spark, filled, table, per_batch=3_000)
     out = {}
     for engine, write in (("spark", lambda spec: rewrite(compactor.spark, group, spec)),
                           ("tasks", lambda spec: rewrite_in_tasks(compactor.spark, group, spec)),
@@ -235,12 +242,7 @@ def test_the_in_task_rewrite_ships_a_record_per_output_file_and_batch_of_rows_no
     from lakecluster.layout import file_plan
 
     table = tmp_path / "t"
-    config = generator_config(table, rows=9_000, per_batch=1_000, **{"table.partition_by": "[]"})
-    filled(config)
-    compactor = Compactor(config, spark=spark)
-    group = compactor.plan().groups[0]
-    layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
-                                    target_cells=12)  # fmt: skip
+    config, _, group, layout = _first_group_and_layout(spark, filled, table, per_batch=1_000)
     spec = RewriteSpec(str(table), config.table.columns, (), layout, target_files=12, file_prefix="g01-batches")
     paths = [f.path for f in group.files]
     cells, counts = rewrite_tasks._merge_counts([rewrite_tasks._count_task(spec, paths)])

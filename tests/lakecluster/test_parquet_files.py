@@ -108,8 +108,6 @@ def test_first_rows_reads_the_rows_asked_for_in_order_and_holds_no_more(tmp_path
 
 
 def test_file_head_reads_the_first_rows_as_the_schema_asks_and_holds_no_more(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import pyarrow.fs as pafs
-
     n = 150_000
     text = pc.utf8_lpad(pc.cast(pa.array(np.arange(n)), pa.string()), 40, "0")
     pq.write_table(pa.table({"text": text, "n": pa.array(np.arange(n), pa.int32())}), tmp_path / "old.parquet",
