@@ -112,11 +112,12 @@ def workload_file(path: Path) -> Path:
 
 def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, columns: list[str], rows: int,
                           scale_factor: float, in_bytes: int, weights: dict[str, float], round_cuts: bool,
-                          tune_queries: Path | None = None) -> tuple[float, dict[str, float]]:  # fmt: skip
+                          tune_queries: Path | None = None,
+                          objective: str = "mean") -> tuple[float, dict[str, float]]:  # fmt: skip
     """One round of the real compactor, after sketches of the clustering columns as the stream keeps them;
-    with ``tune_queries``, at the weights ``lakecluster tune --queries --keep-columns`` recommends for
-    that workload on the table as ingested (none recommended: the given ones). Returns the round's
-    seconds and the weights it used."""
+    with ``tune_queries``, at the weights ``lakecluster tune --queries --keep-columns --objective
+    OBJECTIVE`` recommends for that workload on the table as ingested (none recommended: the given
+    ones). Returns the round's seconds and the weights it used."""
     from deltalake import DeltaTable
 
     from lakecluster.compaction.loop import Compactor
@@ -138,7 +139,8 @@ def lakecluster_compactor(spark: Any, source: Path, path: Path, target: int, col
     if tune_queries is not None:
         from lakecluster.cli.tune import advise
 
-        advice = advise(LakeTable(load_config(cfg_file, environ={})), str(tune_queries), 200_000, keep_columns=True)
+        advice = advise(LakeTable(load_config(cfg_file, environ={})), str(tune_queries), 200_000, keep_columns=True,
+                        objective=objective)  # fmt: skip
         if advice["recommended"] is not None:
             weights = {c: float(w) for c, w in advice["recommended"]["column_weights"].items()}
         cfg_file.write_text(compactor_config(path, SSB_FULL_COLUMNS, columns, target, in_bytes * 2, weights,
@@ -176,7 +178,7 @@ def heading(args: argparse.Namespace) -> str:
 
 
 def render(command: str, layouts: list[tuple[str, int, float | None, dict]], args: argparse.Namespace,
-           in_bytes: int, rows: int, tuned: dict[str, float] | None = None) -> str:  # fmt: skip
+           in_bytes: int, rows: int, tuned: dict[str, dict[str, float]] | None = None) -> str:  # fmt: skip
     from lakecluster.stream.ssb import SSB_FULL_COLUMNS
 
     names = [label for label, *_ in layouts]
@@ -203,10 +205,11 @@ def render(command: str, layouts: list[tuple[str, int, float | None, dict]], arg
                     + ("" if not lost else "; more than another layout on " + ", ".join(
                         f"{q} ({mine[q][0]:,} against {min(lay[3][q][0] for lay in others):,})" for q in lost))
                     + ".\n")  # fmt: skip
-    if tuned is not None:
-        summary += ("The tuned weights (`lakecluster tune --queries --keep-columns` on the 13 queries' WHERE clauses, "
-                    "a sample of the ingested table): " + (", ".join(f"{c} {w:g}" for c, w in tuned.items())
-                                                          or "none recommended (equal)") + ".\n")  # fmt: skip
+    for objective, weights in (tuned or {}).items():
+        summary += (f"The weights `lakecluster tune --queries --keep-columns --objective {objective}` picks on the 13 "
+                    "queries' WHERE clauses (a sample of the ingested table): "
+                    + (", ".join(f"{c} {w:g}" for c, w in weights.items()) or "none recommended (equal)")
+                    + ".\n")  # fmt: skip
     written = {label: n for label, n, _, _ in layouts}
     summary += ("Files written: " + ", ".join(f"{label.strip('*')} {n:,}" for label, n in written.items()
                                                 if label != "as ingested") + ".\n")  # fmt: skip
@@ -216,7 +219,9 @@ def render(command: str, layouts: list[tuple[str, int, float | None, dict]], arg
                     + "".join(f", {lay[2] / seconds:.2f} × {lay[0]}'s" for lay in others
                               if lay[0] != "Delta ZORDER" and lay[2] is not None) + ".\n")
     summary += ("Goal with default settings: at most 0.7 × ZORDER's files in total and the fewest (or tied) on at "
-                "least 11 of the 13 queries; with the weights `tune --queries` picks, the fewest on every query.\n")
+                "least 11 of the 13 queries; with the weights `tune --queries` picks, the fewest on every query "
+                "(`--objective no-query-worse`, which ranks first the weights under which no query reads more "
+                "files than on an equal-bits Z-order of the same columns).\n")  # fmt: skip
     return (f"{heading(args)}\n\n`{command}` — {rows:,} rows of the "
             f"flattened SSB table (scale factor {args.scale_factor:g}, {len(SSB_FULL_COLUMNS)} columns, "
             f"{in_bytes / 1e6:,.0f} MB of Parquet), written in generator order as {args.files} files, then "
@@ -238,8 +243,8 @@ def main() -> None:
     p.add_argument("--equal-depth", action="store_true",
                    help="also a lakecluster layout with compaction.round_cuts = false")
     p.add_argument("--tuned-weights", action="store_true",
-                   help="also a lakecluster layout with the weights `tune --queries --keep-columns` picks for the 13 "
-                   "queries")  # fmt: skip
+                   help="also two lakecluster layouts with the weights `tune --queries --keep-columns` picks for the "
+                   "13 queries, one per --objective (mean, no-query-worse)")  # fmt: skip
     p.add_argument("--only-lakecluster", action="store_true", help="skip the Delta layouts (a trial)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
@@ -256,7 +261,7 @@ def main() -> None:
     spark = get_session(SparkConfig(master="local[2]", conf={"spark.driver.memory": "6g"}))
     rows = int(6_000_000 * args.scale_factor)
     layouts: list[tuple[str, int, float | None, dict]] = []
-    tuned: dict[str, float] | None = None
+    tuned: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="lc-ssb-") as tmp:
         work = Path(tmp)
         started = time.perf_counter()
@@ -272,20 +277,23 @@ def main() -> None:
             seconds = method(spark, source, path, target, args.columns)
             print(f"{label}: {seconds:.0f} s", flush=True)
             layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
-        variants: list[tuple[str, dict[str, float], bool, Path | None]] = []
+        variants: list[tuple[str, dict[str, float], bool, Path | None, str]] = []
         if args.equal_depth:
-            variants.append(("lakecluster, equal-depth cuts", {}, False, None))
-        variants.append(("**lakecluster**", {}, True, None))
+            variants.append(("lakecluster, equal-depth cuts", {}, False, None, ""))
+        variants.append(("**lakecluster**", {}, True, None, ""))
         if weights:
-            variants.append(("**lakecluster, weighted**", weights, True, None))
+            variants.append(("**lakecluster, weighted**", weights, True, None, ""))
         if args.tuned_weights:
-            variants.append(("**lakecluster, tuned weights**", {}, True, workload_file(work / "queries.sql")))
-        for i, (label, column_weights, round_cuts, queries) in enumerate(variants):
+            workload = workload_file(work / "queries.sql")
+            variants.append(("**lakecluster, tuned weights**", {}, True, workload, "mean"))
+            variants.append(("**lakecluster, tuned: no query worse**", {}, True, workload, "no-query-worse"))
+        for i, (label, column_weights, round_cuts, queries, objective) in enumerate(variants):
             path = work / f"lakecluster-{i}" / "table"
             seconds, used = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
-                                                  in_bytes, column_weights, round_cuts, queries)  # fmt: skip
+                                                  in_bytes, column_weights, round_cuts, queries,
+                                                  objective or "mean")  # fmt: skip
             if queries is not None:
-                tuned = used
+                tuned[objective] = used
             print(f"{label}: {seconds:.0f} s" + (f" (weights {used})" if used else ""), flush=True)
             layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
             shutil.rmtree(path.parent)

@@ -11,9 +11,11 @@ keys and cut into files by ``file_plan`` as ``rewrite_local`` does. The levels p
 columns' and then their parents'. With
 ``--levels`` the level counts are forced (each a comma-separated vector in the columns' order);
 without, ``choose_levels`` picks them as the compactor does (``--weights`` as
-``compaction.column_weights``). It matched bench/ssb.py's Spark counts query for query on the
-runs it was checked on (docs/benchmarks.md, "SSB, read by hand"). Prints one line per layout; it
-writes nothing.
+``compaction.column_weights``); with ``--tune OBJECTIVE`` the weights are those ``lakecluster tune
+--queries --keep-columns --objective OBJECTIVE`` picks for the 13 queries on a sample of 200,000 of
+the rows (as bench/ssb.py's tuned layouts; no Delta table is written). It matched bench/ssb.py's
+Spark counts query for query on the runs it was checked on (docs/benchmarks.md, "SSB, read by
+hand"). Prints one line per layout; it writes nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import pyarrow as pa
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # bench/ssb.py's queries
 
 FILTERED = ["lo_orderdate", "d_year", "d_yearmonthnum", "d_yearmonth", "d_weeknuminyear", "lo_discount",
             "lo_quantity", "c_region", "c_nation", "c_city", "s_region", "s_nation", "s_city", "p_mfgr",
@@ -143,6 +146,28 @@ def trial(table: pa.Table, columns: Sequence[str], files: int, levels: Sequence[
     return levels, len(slices), {q: int(m.sum()) for q, m in read.items()}
 
 
+def tuned_weights(table: pa.Table, columns: Sequence[str], files: int, objective: str) -> dict[str, float]:
+    """The weights ``tune --queries --keep-columns --objective`` picks for bench/ssb.py's 13 queries,
+    scored on 200,000 of the rows (from equal weights, the compactor's default)."""
+    import re
+
+    from ssb import QUERIES
+
+    from lakecluster.compaction.advise import WorkloadModel, current_candidate, recommend_weights
+    from lakecluster.compaction.workload import parse_workload
+    from lakecluster.stream.ssb import SSB_FULL_COLUMNS
+
+    picked = np.sort(np.random.default_rng(0).choice(table.num_rows, min(table.num_rows, 200_000), replace=False))
+    sample = table.take(picked)
+    clauses = [re.split(r" GROUP BY | ORDER BY ", sql.split(" WHERE ", 1)[1])[0] for sql in QUERIES.values()]
+    parents = [c for c in FILTERED if pa.types.is_string(table[c].type)]
+    model = WorkloadModel(parse_workload(clauses, SSB_FULL_COLUMNS), sample,
+                          np.full(sample.num_rows, table.num_rows / sample.num_rows), files, 1,
+                          parent_candidates=parents, objective=objective)  # fmt: skip
+    best = recommend_weights(model, current_candidate(columns, {}, ()))[0]
+    return dict(zip(columns, best.candidate.weights, strict=True))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale-factor", type=float, default=0.3)
@@ -150,11 +175,16 @@ def main() -> None:
     p.add_argument("--columns", nargs="+", default=["s_city", "c_city", "p_brand1"])
     p.add_argument("--levels", nargs="*", default=[], metavar="L1,L2,...", help="forced level counts, one per column")
     p.add_argument("--weights", nargs="*", default=[], metavar="COLUMN=WEIGHT")
+    p.add_argument("--tune", choices=("mean", "no-query-worse"), metavar="OBJECTIVE",
+                   help="the weights tune --queries --keep-columns --objective OBJECTIVE picks (mean, no-query-worse)")
     args = p.parse_args()
     weights = {k: float(v) for k, v in (w.split("=", 1) for w in args.weights)}
     started = time.perf_counter()
     table = rows(args.scale_factor)
     print(f"{table.num_rows:,} rows ({time.perf_counter() - started:.0f} s)", flush=True)
+    if args.tune:
+        weights = tuned_weights(table, args.columns, args.files, args.tune)
+        print(f"tune --objective {args.tune}: {weights} ({time.perf_counter() - started:.0f} s)", flush=True)
     vectors: list[list[int] | None] = [[int(x) for x in v.split(",")] for v in args.levels] or [None]
     header = False
     for vector in vectors:

@@ -400,11 +400,12 @@ def tune(ctx: Context) -> int:
     thresholds = workload = None
     if args.queries:
         workload = data["workload"] = advise(table, args.queries, args.sample_rows, keep_columns=args.keep_columns,
-                                             min_gain=min_gain)  # fmt: skip
+                                             min_gain=min_gain, objective=args.objective)  # fmt: skip
         texts.append(format_advice(workload))
     elif args.from_workload:
         workload = data["workload"] = advise_captured(_existing(table), args.since, args.sample_rows,
-                                                           keep_columns=args.keep_columns, min_gain=min_gain)
+                                                           keep_columns=args.keep_columns, min_gain=min_gain,
+                                                           objective=args.objective)  # fmt: skip
         texts.append(format_advice(workload))
     if args.grid or not (args.queries or args.from_workload):
         thresholds = data["thresholds"] = run_tune(table, args.grid)

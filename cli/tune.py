@@ -22,6 +22,7 @@ from lakecluster import plots
 from lakecluster.cli.workload import iso_ms
 from lakecluster.compaction.advise import (
     MIN_GAIN,
+    OBJECTIVES,
     Advice,
     Candidate,
     Scored,
@@ -176,10 +177,11 @@ def write_page(out: Path, thresholds: dict[str, Any] | None, workload: dict[str,
 
 
 def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_columns: bool = False,
-           min_gain: float = MIN_GAIN) -> dict[str, Any]:  # fmt: skip
+           min_gain: float = MIN_GAIN, objective: str = OBJECTIVES[0]) -> dict[str, Any]:  # fmt: skip
     """Candidate layouts for the workload in ``queries_path``, scored on a sample of the table;
     ``keep_columns``: only the weights of the table's clustering columns (``recommend_weights``);
-    ``min_gain``: the share fewer files per query a layout must read to be recommended."""
+    ``min_gain``: the share fewer files per query a layout must read to be recommended (unless it
+    has fewer queries worse than the equal-bits layout); ``objective``: ``advise.OBJECTIVES``."""
     config = lake.config
     try:
         lines = Path(queries_path).read_text(encoding="utf-8-sig").splitlines()
@@ -188,15 +190,15 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_column
     try:
         queries = parse_workload(lines, config.table.columns)
         advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit,
-                               keep_columns=keep_columns, min_gain=min_gain)  # fmt: skip
+                               keep_columns=keep_columns, min_gain=min_gain, objective=objective)  # fmt: skip
     except WorkloadError as e:
         raise e.in_file(queries_path) from None
-    return {"workload": queries_path, "queries": len(queries), "keep_columns": keep_columns,
+    return {"workload": queries_path, "queries": len(queries), "keep_columns": keep_columns, "objective": objective,
             **_advice_data(lake, queries, advice)}
 
 
-def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *,
-                    keep_columns: bool = False, min_gain: float = MIN_GAIN) -> dict[str, Any]:  # fmt: skip
+def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *, keep_columns: bool = False,
+                    min_gain: float = MIN_GAIN, objective: str = OBJECTIVES[0]) -> dict[str, Any]:  # fmt: skip
     """Candidate layouts for the workload the query listener captured (``--from-workload``): one query
     per distinct set of predicates, weighted by its scans (``compaction.captured``); ``keep_columns``:
     only the weights of the table's clustering columns."""
@@ -209,7 +211,7 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
     queries = [c.query for c in captured]
     source = {"workload": f"captured workload of the last {human_duration(since)} ({lake.paths.workload})",
               "from_workload": True, "since_s": since, "half_life_s": config.compaction.auto_layout_half_life_s,
-              "scans": len(capture.scans), "queries": len(queries),
+              "scans": len(capture.scans), "queries": len(queries), "objective": objective,
               "capture_files": capture.files, "skipped": capture.skipped,
               "first_scan": iso_ms(capture.scans[0].time_ms) if capture.scans else None,
               "last_scan": iso_ms(capture.scans[-1].time_ms) if capture.scans else None}  # fmt: skip
@@ -219,7 +221,7 @@ def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *
                 "current": None, "gain": None, "query_text": [q.text for q in queries],
                 "shapes": _shapes(captured, None, None)}
     advice = layout_advice(lake, queries, current=_current(config), sample_limit=sample_limit,
-                           keep_columns=keep_columns, min_gain=min_gain)  # fmt: skip
+                           keep_columns=keep_columns, min_gain=min_gain, objective=objective)  # fmt: skip
     data = {"keep_columns": keep_columns, **_advice_data(lake, queries, advice)}
     data["shapes"] = _shapes(captured, data["current"], data["recommended"])
     return {**source, **data}
@@ -250,7 +252,9 @@ def _advice_data(lake: LakeTable, queries: list[Query], advice: Advice) -> dict[
     def row(s: Scored) -> dict[str, Any]:
         return {**s.candidate.describe(), "files": s.files, "mean_files_read": round(s.mean_files_read, 2),
                 "median_files_read": statistics.median(s.files_read), "max_files_read": max(s.files_read),
-                "files_read": [round(x, 1) for x in s.files_read]}  # fmt: skip
+                "files_read": [round(x, 1) for x in s.files_read],
+                "equal_bits_files_read": [round(x, 1) for x in s.reference],
+                "worse_than_equal_bits": len(s.worse_than_reference)}  # fmt: skip
 
     best = advice.best
     return {"table": lake.uri, "version": advice.version, "query_text": [q.text for q in queries],
@@ -287,19 +291,22 @@ def format_advice(data: dict[str, Any]) -> str:
              ("candidate weights of the current clustering columns" if data.get("keep_columns")
               else "candidate layouts") + ", best first (files a " + ("scan" if captured else "query")
              + " of the workload reads):"]  # fmt: skip
-    table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max"]]
+    table = [["", "clustering columns (x weight) | partitioning", "files", "mean", "median", "max", "worse"]]
     shown = data["candidates"][:SHOWN_CANDIDATES]
     if not any(c["current"] for c in shown):
         shown.append(data["current"])
     for rank, c in enumerate(shown, start=1):
         mark = "*" if c["current"] else str(data["candidates"].index(c) + 1 if c in data["candidates"] else rank)
         table.append([mark, _layout(c), f"{c['files']:,}", f"{c['mean_files_read']:,.1f}",
-                      f"{c['median_files_read']:,.1f}", f"{c['max_files_read']:,.1f}"])  # fmt: skip
+                      f"{c['median_files_read']:,.1f}", f"{c['max_files_read']:,.1f}",
+                      str(c["worse_than_equal_bits"])])  # fmt: skip
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines += ["  " + "  ".join(cell.ljust(w) if i == 1 else cell.rjust(w) for i, (cell, w) in
                                enumerate(zip(r, widths, strict=True))) for r in table]  # fmt: skip
     best, now = data["recommended"], data["current"]
-    lines.append("  * the current settings")
+    lines.append("  * the current settings; worse: queries that would read more files than on the equal-bits "
+                 "layout of the same columns (Delta's OPTIMIZE ZORDER BY, liquid clustering)"
+                 + (", ranked first by fewest" if data.get("objective", OBJECTIVES[0]) == OBJECTIVES[0] else ""))
     if captured:
         lines += ["", "captured queries, costliest now first (scans, their share of the scans and of the "
                   "weight, files a scan read: observed now, predicted for the current layout, for the "
@@ -318,8 +325,13 @@ def format_advice(data: dict[str, Any]) -> str:
     if best["current"]:
         lines += ["", "the current settings read the fewest files of the candidates: keep them"]
         return "\n".join(lines)
-    lines += ["", f"recommended settings ({data['gain']:.1%} fewer files read per "
-              f"{'scan' if captured else 'query'} than the current ones):", "  [table]",
+    unit = "scan" if captured else "query"
+    fewer = now["worse_than_equal_bits"] - best["worse_than_equal_bits"]
+    change = (f"{data['gain']:.1%} fewer files read per {unit}" if data["gain"] >= 0
+              else f"{-data['gain']:.1%} more files read per {unit}")
+    if fewer > 0:
+        change += f", {fewer} fewer quer(ies) reading more than on the equal-bits layout"
+    lines += ["", f"recommended settings ({change} than the current ones):", "  [table]",
               f"  partition_by = {best['partition_by']!r}".replace("'", '"'),
               f"  clustering_columns = {best['clustering_columns']!r}".replace("'", '"')]  # fmt: skip
     if len(set(best["column_weights"].values())) > 1:
@@ -327,9 +339,10 @@ def format_advice(data: dict[str, Any]) -> str:
     elif len(set(now["column_weights"].values())) > 1:
         lines.append("  (and no [compaction.column_weights]: equal weights)")
     if not captured:
-        lines += ["", "files read per query, current -> recommended:"]
+        lines += ["", "files read per query, current -> recommended (on the equal-bits layout):"]
         for i, text in enumerate(data["query_text"][:SHOWN_QUERIES]):
-            lines.append(f"  {now['files_read'][i]:>9,.1f} -> {best['files_read'][i]:<9,.1f} {text}")
+            lines.append(f"  {now['files_read'][i]:>9,.1f} -> {best['files_read'][i]:<9,.1f} "
+                         f"({best['equal_bits_files_read'][i]:,.1f}) {text}")  # fmt: skip
         if data["queries"] > SHOWN_QUERIES:
             lines.append(f"  ... {data['queries'] - SHOWN_QUERIES} more in --json")
     lines += ["", "partition_by applies to a new table (it must match an existing one); column weights apply to "

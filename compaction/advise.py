@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,14 @@ WEIGHT_FACTORS = (16.0, 8.0, 4.0, 2.0, 1.25, 0.8, 0.5, 0.25, 0.125, 0.0625)  # o
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
 MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
 MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
+# What the search minimises (``Scored.objective``): "mean", the files read on average (the default);
+# "no-query-worse", first the share of the queries that read more files than on the equal-bits
+# layout Delta's own clustering gives the same columns, then the mean.
+OBJECTIVES = ("mean", "no-query-worse")
+RANGE_IDS = 1000  # range ids per column of Delta's Z-order and Hilbert keys (``rangeId.max``)
+# A query may read this share more files than on the equal-bits layout before it counts as worse:
+# the two layouts' counts come from one sample and one model, but a tie is not a loss.
+REFERENCE_SLACK = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,12 +95,36 @@ class Scored:
     files: int
     files_read: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)  # per query, its ``Query.weight``
+    # per query, the files it reads on the same columns laid out on equal bits (``equal_bits_levels``)
+    reference: list[float] = field(default_factory=list)
+    objective_kind: str = "mean"  # one of OBJECTIVES
 
     @property
     def mean_files_read(self) -> float:
         """Files read per query, each query counted ``weight`` times (1 each for a workload file)."""
         weights = self.weights or [1.0] * len(self.files_read)
         return sum(w * f for w, f in zip(weights, self.files_read, strict=True)) / sum(weights)
+
+    @property
+    def worse_than_reference(self) -> list[int]:
+        """The queries that read more files than on the equal-bits layout of the same columns
+        (Delta's ``OPTIMIZE ZORDER BY`` and liquid clustering), by more than ``REFERENCE_SLACK``;
+        none when not scored against it (no ``reference``)."""
+        if not self.reference:
+            return []
+        return [q for q, (f, r) in enumerate(zip(self.files_read, self.reference, strict=True))
+                if f > r * (1.0 + REFERENCE_SLACK) + 1e-9]  # fmt: skip
+
+    @property
+    def objective(self) -> tuple[float, float]:
+        """What the search minimises, smallest first: with ``mean``, the mean files read alone (the
+        first term is 0); with ``no-query-worse``, the share of the queries (by weight) that read
+        more files than on the equal-bits layout, then the mean."""
+        if self.objective_kind == "mean":
+            return 0.0, round(self.mean_files_read, 6)
+        weights = self.weights or [1.0] * len(self.files_read)
+        worse = sum(weights[q] for q in self.worse_than_reference) / max(sum(weights), 1e-300)
+        return round(worse, 6), round(self.mean_files_read, 6)
 
 
 def sample_rows(dataset: pds.Dataset, files: Sequence[DataFile], columns: Sequence[str], limit: int,
@@ -132,10 +165,14 @@ class WorkloadModel:
 
     def __init__(self, queries: Sequence[Query], sample: pa.Table, weights: np.ndarray, table_bytes: int,
                  target_file_bytes: int, parent_candidates: Sequence[str] = (),
-                 boundaries: int = 1024) -> None:  # fmt: skip
+                 boundaries: int = 1024, objective: str = OBJECTIVES[0]) -> None:  # fmt: skip
         """``parent_candidates``: the sample's columns a string clustering column may be cut by
         too (``compaction.group_by_parents``; none: the model cuts each column by its own levels),
-        when it has at most ``boundaries`` values (``sketches.boundaries``), as the compactor does."""
+        when it has at most ``boundaries`` values (``sketches.boundaries``), as the compactor does.
+        ``objective``: what ``Scored.objective`` of the layouts it scores minimises (``OBJECTIVES``)."""
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+        self.objective = objective
         if sample.num_rows == 0:
             raise LakeclusterError("the table has no rows to sample: ingest some data before asking for a layout")
         self.queries = list(queries)
@@ -234,21 +271,41 @@ class WorkloadModel:
         cols = candidate.clustering_columns
         # a column with a parent that is no clustering column is cut by it too, out of the same budget
         taken = tuple(sorted({*cols, *candidate.partition_by}))  # never a parent, as in the compactor
-        parent = [self._parent(c, taken) for c in cols]
+        parent = tuple(self._parent(c, taken) for c in cols)
         grouped = [i for i, p in enumerate(parent) if p is not None]
         caps = [self.ndv[c] for c in cols] + [self.ndv[str(parent[i])] for i in grouped]
         weights = list(candidate.weights) + [candidate.weights[i] for i in grouped]
         levels = {int(n): _levels_for(int(n), tuple(caps), tuple(weights)) for n in np.unique(view.files)}
+        files_read = self._files_read(cols, candidate.partition_by, parent, levels)
+        return Scored(candidate, int(view.files.sum()), list(files_read), weights=[q.weight for q in self.queries],
+                      reference=list(self.reference(cols, candidate.partition_by)),
+                      objective_kind=self.objective)  # fmt: skip
+
+    def reference(self, cols: tuple[str, ...], partition_by: tuple[str, ...]) -> tuple[float, ...]:
+        """Per query, the files it reads when every partition is laid out on ``cols`` as a Z-order or
+        Hilbert curve on equal bits of each column's range ids lays it out (``equal_bits_levels``:
+        Delta's ``OPTIMIZE ZORDER BY`` and liquid clustering), no column cut by a parent."""
+        view = self._partitioned(partition_by)
+        caps = tuple(self.ndv[c] for c in cols)
+        levels = {int(n): equal_bits_levels(int(n), caps) for n in np.unique(view.files)}
+        return self._files_read(cols, partition_by, (None,) * len(cols), levels, rounded=False)
+
+    def _files_read(self, cols: tuple[str, ...], partition_by: tuple[str, ...], parent: tuple[str | None, ...],
+                    levels: dict[int, tuple[int, ...]], rounded: bool = True) -> tuple[float, ...]:  # fmt: skip
+        """Per query, the files it reads when each partition of ``n`` files is cut into ``levels[n]``
+        (the columns', then those of the parents of the columns that have one), at round values
+        as the compactor cuts (``rounded``) or at plain equal depth."""
         # weights that lead to the same levels are the same layout: its reads are computed once
-        known = (cols, candidate.partition_by, tuple(sorted(levels.items())))  # the parents follow from the first two
+        known = (cols, partition_by, parent, tuple(sorted(levels.items())), rounded)
         if known in self._reads:
-            return Scored(candidate, int(view.files.sum()), list(self._reads[known]),
-                          weights=[q.weight for q in self.queries])  # fmt: skip
+            return self._reads[known]
+        view = self._partitioned(partition_by)
+        grouped = [i for i, p in enumerate(parent) if p is not None]
         level_rows = np.array([levels[int(n)] for n in view.files], dtype=np.int64)  # partitions x dimensions
         parent_levels = np.ones((len(view.files), len(cols)), dtype=np.int64)
         for k, i in enumerate(grouped):
             parent_levels[:, i] = level_rows[:, len(cols) + k]
-        scored = Scored(candidate, int(view.files.sum()), weights=[q.weight for q in self.queries])
+        files_read = []
         for q in range(len(self.queries)):
             fraction = np.ones(len(view.files))
             for i, c in enumerate(cols):
@@ -257,10 +314,10 @@ class WorkloadModel:
                 for lv, plv in {(int(a), int(b)) for a, b in zip(level_rows[:, i], parent_levels[:, i], strict=True)}:
                     at = (level_rows[:, i] == lv) & (parent_levels[:, i] == plv)
                     by = parent[i] if plv > 1 else None
-                    fraction[at] *= self._levels_read(q, c, candidate.partition_by, lv, by, plv)[at]
-            scored.files_read.append(float(np.maximum(1.0, view.files * fraction)[view.read[q]].sum()))
-        self._reads[known] = tuple(scored.files_read)
-        return scored
+                    fraction[at] *= self._levels_read(q, c, partition_by, lv, by, plv, rounded)[at]
+            files_read.append(float(np.maximum(1.0, view.files * fraction)[view.read[q]].sum()))
+        self._reads[known] = tuple(files_read)
+        return self._reads[known]
 
     def _parent(self, column: str, taken: tuple[str, ...]) -> str | None:
         """``column``'s parent (``lakecluster.hierarchy``) as the compactor would find it were the
@@ -283,9 +340,10 @@ class WorkloadModel:
         return any(self._related(column, p.column) for p in self.queries[q].predicates)
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
-    def _levels(self, column: str, levels: int) -> np.ndarray:
+    def _levels(self, column: str, levels: int, rounded: bool = True) -> np.ndarray:
         """Each sample row's level when ``column`` is cut into ``levels`` as the compactor cuts it: at
-        equal depth, each cut moved to the roundest value nearby (``cuts.level_cuts``)."""
+        equal depth, each cut moved to the roundest value nearby (``cuts.level_cuts``); not
+        ``rounded``: at the values nearest equal depth, as range ids cut it."""
         array = self.sample[column].combine_chunks()
         kind = array.type
         if pa.types.is_string(kind) or pa.types.is_large_string(kind):
@@ -298,23 +356,28 @@ class WorkloadModel:
         edges, inverse = np.unique(values, return_inverse=True)
         mass = np.bincount(inverse.ravel(), weights=self.weights, minlength=len(edges))
         starts = np.r_[0.0, np.cumsum(mass)[:-1]] / max(float(mass.sum()), 1e-300)
-        cuts = level_cuts(edges, starts, levels, unit)
+        if rounded:
+            cuts = level_cuts(edges, starts, levels, unit)
+        else:
+            at = np.searchsorted(starts, np.arange(1, max(levels, 1)) / max(levels, 1), side="left")
+            cuts = edges[np.unique(at[(at > 0) & (at < len(edges))])]
         return np.searchsorted(cuts, edges, side="right")[inverse.ravel()].astype(np.int64)
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _levels_read(self, q: int, column: str, partition_by: tuple[str, ...], levels: int,
-                     parent: str | None = None, parent_levels: int = 1) -> np.ndarray:  # fmt: skip
+                     parent: str | None = None, parent_levels: int = 1,
+                     rounded: bool = True) -> np.ndarray:  # fmt: skip
         """Per partition, the share of its rows in the levels of ``column`` query ``q`` reads: a level
         is skipped when, for a predicate on the column or on a column in one hierarchy with it, the
         level's range of that column (its rows' [min, max], as a file's statistics) admits none of
         the values the predicate selects. With a ``parent``, the levels are those of the column
         split by ``parent_levels`` of the parent, as the compactor cuts them."""
-        mass, parts, width = self._cells(column, partition_by, levels, parent, parent_levels)
+        mass, parts, width = self._cells(column, partition_by, levels, parent, parent_levels, rounded)
         read = mass > 0
         for i, p in enumerate(self.queries[q].predicates):
             if not self._related(column, p.column) and (parent is None or not self._related(parent, p.column)):
                 continue
-            low, high = self._cell_ranges(column, partition_by, levels, p.column, parent, parent_levels)
+            low, high = self._cell_ranges(column, partition_by, levels, p.column, parent, parent_levels, rounded)
             chosen = self._chosen(q, i)
             read &= np.searchsorted(chosen, low, "left") < np.searchsorted(chosen, high, "right")
         share = np.where(read, mass, 0.0).reshape(parts, width).sum(axis=1)
@@ -322,10 +385,10 @@ class WorkloadModel:
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _cell(self, column: str, partition_by: tuple[str, ...], levels: int, parent: str | None = None,
-              parent_levels: int = 1) -> tuple[np.ndarray, int]:  # fmt: skip
+              parent_levels: int = 1, rounded: bool = True) -> tuple[np.ndarray, int]:  # fmt: skip
         """Each sample row's cell (partition x level of ``column``, x level of its parent when it has
         one), and the levels per partition."""
-        level = self._levels(column, levels)
+        level = self._levels(column, levels, rounded)
         if parent is not None and parent_levels > 1:
             level = level * parent_levels + self._parent_levels(column, levels, parent, parent_levels)
         width = int(level.max()) + 1
@@ -344,18 +407,19 @@ class WorkloadModel:
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _cells(self, column: str, partition_by: tuple[str, ...], levels: int, parent: str | None = None,
-               parent_levels: int = 1) -> tuple[np.ndarray, int, int]:  # fmt: skip
+               parent_levels: int = 1, rounded: bool = True) -> tuple[np.ndarray, int, int]:  # fmt: skip
         """The rows each cell stands for, the partitions, and the levels per partition."""
-        cell, width = self._cell(column, partition_by, levels, parent, parent_levels)
+        cell, width = self._cell(column, partition_by, levels, parent, parent_levels, rounded)
         parts = len(self._partitioned(partition_by).files)
         return np.bincount(cell, weights=self.weights, minlength=parts * width), parts, width
 
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _cell_ranges(self, column: str, partition_by: tuple[str, ...], levels: int, other: str,
-                     parent: str | None = None, parent_levels: int = 1) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+                     parent: str | None = None, parent_levels: int = 1,
+                     rounded: bool = True) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """Per cell, the smallest and largest rank of ``other`` among its rows (a file's min and max
         statistics of that column); the same for every query, so computed once."""
-        cell, width = self._cell(column, partition_by, levels, parent, parent_levels)
+        cell, width = self._cell(column, partition_by, levels, parent, parent_levels, rounded)
         size = len(self._partitioned(partition_by).files) * width
         ranks = self._order(other)
         low = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
@@ -422,7 +486,7 @@ def recommend(model: WorkloadModel, current: Candidate | None, *,
                 found = [uniform]
                 if size > 1:
                     tuned = _tune_weights(model, uniform)
-                    if tuned.mean_files_read < uniform.mean_files_read:
+                    if tuned.objective < uniform.objective:
                         found.append(tuned)
                 for one in found:
                     key = (one.candidate.clustering_columns, one.candidate.weights, one.candidate.partition_by)
@@ -440,7 +504,7 @@ def recommend_weights(model: WorkloadModel, current: Candidate) -> list[Scored]:
     even = model.score(dataclasses.replace(current, weights=tuple(1.0 for _ in current.weights), current=False))
     found = [now, even]
     if len(current.clustering_columns) > 1:
-        tuned = _tune_weights(model, min((now, even), key=lambda s: s.mean_files_read))
+        tuned = _tune_weights(model, min((now, even), key=lambda s: s.objective))
         found.append(dataclasses.replace(tuned, candidate=dataclasses.replace(tuned.candidate, current=False)))
     scored, seen = [], set()
     for one in found:  # the current layout first: a tie keeps it
@@ -450,9 +514,9 @@ def recommend_weights(model: WorkloadModel, current: Candidate) -> list[Scored]:
     return sorted(scored, key=_simplest_best)
 
 
-def _simplest_best(s: Scored) -> tuple[float, bool, int, int, int]:
+def _simplest_best(s: Scored) -> tuple[tuple[float, float], bool, int, int, int]:
     c = s.candidate  # on a tie: the current layout (no change), then the one with fewer files, partitions, columns
-    return round(s.mean_files_read, 6), not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
+    return s.objective, not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
 
 
 @dataclass
@@ -491,10 +555,12 @@ def current_candidate(columns: Sequence[str], weights: dict[str, float], partiti
 
 def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candidate, sample_limit: int,
                   partitionings: Sequence[tuple[str, ...]] | None = None,
-                  keep_columns: bool = False, min_gain: float = 0.0) -> Advice:  # fmt: skip
+                  keep_columns: bool = False, min_gain: float = 0.0,
+                  objective: str = OBJECTIVES[0]) -> Advice:  # fmt: skip
     """Score the candidate layouts for ``queries`` on a sample of ``lake``'s latest version; with
     ``keep_columns``, only the weights of the current clustering columns (``recommend_weights``).
-    The best is withheld when it reads less than ``min_gain`` fewer files than the current layout.
+    The best is withheld when it reads less than ``min_gain`` fewer files than the current layout
+    and has no fewer queries worse than on the equal-bits layout (``objective``: ``OBJECTIVES``).
 
     Raises:
         WorkloadError: a query compares a column with a value of another type.
@@ -513,7 +579,7 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     target = config.compaction.target_file_bytes
     model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents,
-                          boundaries=config.sketches.boundaries)  # fmt: skip
+                          boundaries=config.sketches.boundaries, objective=objective)  # fmt: skip
     ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
                                                                                partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target, min_gain=min_gain)
@@ -523,14 +589,17 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
 def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int, *,
                           min_gain: float = 0.0) -> str | None:  # fmt: skip
     """Why the best-ranked layout is no better than the others, or not better enough than the
-    current one (``gain`` below ``min_gain``), to be recommended (None: it is a recommendation)."""
+    current one, to be recommended (None: it is a recommendation). Better enough: fewer of the
+    queries read more files than on the equal-bits layout (``Scored.objective``), or as many and
+    ``gain`` at least ``min_gain``."""
     if sizes.below_one_file(target_file_bytes):
         return sizes.describe(target_file_bytes)
-    means = {round(s.mean_files_read, 6) for s in ranked}
-    if len(means) == 1:
+    if len({s.objective for s in ranked}) == 1:
         return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
                 "the workload does not tell them apart")  # fmt: skip
     best, current = ranked[0], next((s for s in ranked if s.candidate.current), None)
+    if current is not None and best is not current and best.objective[0] < current.objective[0]:
+        return None  # fewer of the queries read more than on the equal-bits layout: worth it at any mean
     if current is not None and best is not current and (share := gain(best, current)) < min_gain:
         return (f"the best layout reads {best.mean_files_read:,.1f} file(s) per query on average against the current "
                 f"{current.mean_files_read:,.1f}, {share:.2%} fewer: below the {min_gain * 100:g}% worth "
@@ -558,9 +627,9 @@ def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
     for weights in itertools.product(GRID_WEIGHTS, repeat=len(start.candidate.weights)):
         if min(weights) == 1.0 and max(weights) > 1.0:
             trial = model.score(dataclasses.replace(start.candidate, weights=weights))
-            if trial.mean_files_read < grid.mean_files_read - 1e-9:
+            if trial.objective < grid.objective:
                 grid = trial
-    return min((_descend(model, start), _descend(model, grid)), key=lambda s: s.mean_files_read)
+    return min((_descend(model, start), _descend(model, grid)), key=lambda s: s.objective)
 
 
 def _descend(model: WorkloadModel, start: Scored) -> Scored:
@@ -577,13 +646,35 @@ def _descend(model: WorkloadModel, start: Scored) -> Scored:
                 if max(weights) > MAX_WEIGHT:
                     continue
                 trial = model.score(dataclasses.replace(best.candidate, weights=weights))
-                if trial.mean_files_read < step.mean_files_read - 1e-9:
+                if trial.objective < step.objective:
                     step = trial
             if step is not best:
                 best, improved = step, True
         if not improved:
             break
     return best
+
+
+@functools.lru_cache(maxsize=4096)
+def equal_bits_levels(cells: int, caps: tuple[int, ...], range_ids: int = RANGE_IDS) -> tuple[int, ...]:
+    """Levels per column of a Z-order or Hilbert curve on equal bits of each column's range ids,
+    as Delta's ``OPTIMIZE ZORDER BY`` and liquid clustering lay out ``cells`` files: a column of
+    ``cap`` distinct values has ``min(cap, range_ids)`` ids in ``ceil(log2)`` bits, and the curve
+    takes the bits most significant first, interleaved in the columns' order, so the first ones
+    go to the columns with most ids (a 5-value region's three bits are the last ones). Bits are
+    taken while the cells stay within 1.15 times ``cells``, the bound ``choose_levels`` keeps."""
+    ids = [max(1, min(int(c), range_ids)) for c in caps]
+    bits = [math.ceil(math.log2(n)) if n > 1 else 0 for n in ids]
+    levels = [1] * len(caps)
+    limit = 1.15 * max(cells, 1)
+    for position in range(max(bits, default=0), 0, -1):
+        for i, b in enumerate(bits):
+            if b >= position:
+                more = min(levels[i] * 2, ids[i])
+                if math.prod(levels) // levels[i] * more > limit:
+                    return tuple(levels)
+                levels[i] = more
+    return tuple(levels)
 
 
 @functools.lru_cache(maxsize=65_536)

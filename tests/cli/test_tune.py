@@ -115,6 +115,18 @@ def test_tune_keep_columns_recommends_only_weights_for_the_current_columns(tmp_p
     assert text.returncode == 0, text.stderr
     assert "candidate weights of the current clustering columns" in text.stdout
     assert "[compaction.column_weights]" in text.stdout
+    assert advice["objective"] == "mean"
+    strict = _tune(table, f"--queries={workload}", "--keep-columns", "--sample-rows=20000",
+                   "--objective=no-query-worse")
+    assert strict.returncode == 0, strict.stderr
+    advice = json.loads(strict.stdout)["workload"]
+    assert advice["objective"] == "no-query-worse"
+    for c in advice["candidates"]:  # each query's files beside the equal-bits layout's, and the queries worse
+        assert len(c["equal_bits_files_read"]) == len(c["files_read"]) == 7
+        pairs = list(zip(c["files_read"], c["equal_bits_files_read"], strict=True))  # rounded to 0.1
+        assert sum(f > r + 0.1 for f, r in pairs) <= c["worse_than_equal_bits"] <= sum(f >= r for f, r in pairs)
+    worse = [c["worse_than_equal_bits"] for c in advice["candidates"]]
+    assert worse == sorted(worse)  # ranked by the queries worse first
 
 
 def test_tune_names_the_bad_line_of_a_workload_in_one_line(tmp_path: Path) -> None:
