@@ -152,7 +152,7 @@ def parser() -> argparse.ArgumentParser:
                     help="with --queries or --from-workload: what the recommended layout minimises. mean (default): "
                     "the files a query reads on average; no-query-worse: first the queries that would read more "
                     "files than on the layout Delta's own clustering (a Z-order or Hilbert curve on equal bits) "
-                    "gives the same columns, then the mean (docs/tuning.md)")  # fmt: skip
+                    "gives the table's clustering columns, then the mean (docs/tuning.md)")  # fmt: skip
     tu.add_argument("--sample-rows", type=_positive_int, default=200_000, metavar="N",
                     help="rows of the table --queries scores layouts on (default 200000)")  # fmt: skip
     tu.add_argument("--out", metavar="DIR", help="also write DIR/tune.html with the plots")

@@ -305,8 +305,8 @@ def format_advice(data: dict[str, Any]) -> str:
                                enumerate(zip(r, widths, strict=True))) for r in table]  # fmt: skip
     best, now = data["recommended"], data["current"]
     lines.append("  * the current settings; worse: queries that would read more files than on the equal-bits "
-                 "layout of the same columns (Delta's OPTIMIZE ZORDER BY, liquid clustering)"
-                 + (", ranked first by fewest" if data.get("objective", OBJECTIVES[0]) == OBJECTIVES[0] else ""))
+                 "layout of the current clustering columns (Delta's OPTIMIZE ZORDER BY, liquid clustering)"
+                 + (", ranked first by fewest" if data.get("objective") == "no-query-worse" else ""))
     if captured:
         lines += ["", "captured queries, costliest now first (scans, their share of the scans and of the "
                   "weight, files a scan read: observed now, predicted for the current layout, for the "

@@ -68,7 +68,7 @@ MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
 MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
 # What the search minimises (``Scored.objective``): "mean", the files read on average (the default);
 # "no-query-worse", first the share of the queries that read more files than on the equal-bits
-# layout Delta's own clustering gives the same columns, then the mean.
+# layout Delta's own clustering gives the table's clustering columns, then the mean.
 OBJECTIVES = ("mean", "no-query-worse")
 RANGE_IDS = 1000  # range ids per column of Delta's Z-order and Hilbert keys (``rangeId.max``)
 # A query may read this share more files than on the equal-bits layout before it counts as worse:
@@ -95,7 +95,7 @@ class Scored:
     files: int
     files_read: list[float] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)  # per query, its ``Query.weight``
-    # per query, the files it reads on the same columns laid out on equal bits (``equal_bits_levels``)
+    # per query, the files it reads on the equal-bits layout of the table's columns (``equal_bits_levels``)
     reference: list[float] = field(default_factory=list)
     objective_kind: str = "mean"  # one of OBJECTIVES
 
@@ -107,7 +107,7 @@ class Scored:
 
     @property
     def worse_than_reference(self) -> list[int]:
-        """The queries that read more files than on the equal-bits layout of the same columns
+        """The queries that read more files than on the equal-bits layout (``WorkloadModel.reference``)
         (Delta's ``OPTIMIZE ZORDER BY`` and liquid clustering), by more than ``REFERENCE_SLACK``;
         none when not scored against it (no ``reference``)."""
         if not self.reference:
@@ -165,14 +165,20 @@ class WorkloadModel:
 
     def __init__(self, queries: Sequence[Query], sample: pa.Table, weights: np.ndarray, table_bytes: int,
                  target_file_bytes: int, parent_candidates: Sequence[str] = (),
-                 boundaries: int = 1024, objective: str = OBJECTIVES[0]) -> None:  # fmt: skip
+                 boundaries: int = 1024, objective: str = OBJECTIVES[0],
+                 reference_layout: tuple[Sequence[str], Sequence[str]] | None = None) -> None:  # fmt: skip
         """``parent_candidates``: the sample's columns a string clustering column may be cut by
         too (``compaction.group_by_parents``; none: the model cuts each column by its own levels),
         when it has at most ``boundaries`` values (``sketches.boundaries``), as the compactor does.
-        ``objective``: what ``Scored.objective`` of the layouts it scores minimises (``OBJECTIVES``)."""
+        ``objective``: what ``Scored.objective`` of the layouts it scores minimises (``OBJECTIVES``).
+        ``reference_layout``: the (clustering columns, partition columns) every layout is compared
+        with on the equal-bits layout (``reference``), one bar for candidates of different columns
+        (the table's current ones, in ``layout_advice``); None: each layout's own columns."""
         if objective not in OBJECTIVES:
             raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
         self.objective = objective
+        self.reference_layout = (None if reference_layout is None
+                                 else (tuple(reference_layout[0]), tuple(reference_layout[1])))  # fmt: skip
         if sample.num_rows == 0:
             raise LakeclusterError("the table has no rows to sample: ingest some data before asking for a layout")
         self.queries = list(queries)
@@ -278,7 +284,7 @@ class WorkloadModel:
         levels = {int(n): _levels_for(int(n), tuple(caps), tuple(weights)) for n in np.unique(view.files)}
         files_read = self._files_read(cols, candidate.partition_by, parent, levels)
         return Scored(candidate, int(view.files.sum()), list(files_read), weights=[q.weight for q in self.queries],
-                      reference=list(self.reference(cols, candidate.partition_by)),
+                      reference=list(self.reference(*(self.reference_layout or (cols, candidate.partition_by)))),
                       objective_kind=self.objective)  # fmt: skip
 
     def reference(self, cols: tuple[str, ...], partition_by: tuple[str, ...]) -> tuple[float, ...]:
@@ -579,7 +585,8 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
     target = config.compaction.target_file_bytes
     model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents,
-                          boundaries=config.sketches.boundaries, objective=objective)  # fmt: skip
+                          boundaries=config.sketches.boundaries, objective=objective,
+                          reference_layout=(current.clustering_columns, current.partition_by))  # fmt: skip
     ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
                                                                                partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target, min_gain=min_gain)
