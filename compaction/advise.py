@@ -17,10 +17,12 @@ table is laid out that way, predicted from a sample of the table's rows (no rewr
   partition without one).
 
 Candidates: every set of the ``MAX_COLUMNS`` columns the workload filters on most often, each with
-equal weights and with the weights that minimise the mean (coordinate descent), partitioned by
-nothing or by one of the filtered columns with at most ``MAX_PARTITIONS`` values; and the table's
-current settings, scored the same way. The counts are estimates of the same model ``lakecluster
-tune`` and the compactor's layout use, for comparing candidates, not a promise.
+equal weights and with the weights that minimise the objective (coordinate descent; ``OBJECTIVES``:
+the mean, or first the queries reading more than on Delta's equal-bits layout of the table's
+columns, ``reference``), partitioned by nothing or by one of the filtered columns with at most
+``MAX_PARTITIONS`` values; and the table's current settings, scored the same way. The counts are
+estimates of the same model ``lakecluster tune`` and the compactor's layout use, for comparing
+candidates, not a promise.
 """
 
 from __future__ import annotations
@@ -71,9 +73,6 @@ MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines
 # layout Delta's own clustering gives the table's clustering columns, then the mean.
 OBJECTIVES = ("mean", "no-query-worse")
 RANGE_IDS = 1000  # range ids per column of Delta's Z-order and Hilbert keys (``rangeId.max``)
-# A query may read this share more files than on the equal-bits layout before it counts as worse:
-# the two layouts' counts come from one sample and one model, but a tie is not a loss.
-REFERENCE_SLACK = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,12 +107,12 @@ class Scored:
     @property
     def worse_than_reference(self) -> list[int]:
         """The queries that read more files than on the equal-bits layout (``WorkloadModel.reference``)
-        (Delta's ``OPTIMIZE ZORDER BY`` and liquid clustering), by more than ``REFERENCE_SLACK``;
-        none when not scored against it (no ``reference``)."""
+        (Delta's ``OPTIMIZE ZORDER BY`` and liquid clustering); a tie is no loss; none when not
+        scored against it (no ``reference``)."""
         if not self.reference:
             return []
         return [q for q, (f, r) in enumerate(zip(self.files_read, self.reference, strict=True))
-                if f > r * (1.0 + REFERENCE_SLACK) + 1e-9]  # fmt: skip
+                if f > r + 1e-9]  # fmt: skip
 
     @property
     def objective(self) -> tuple[float, float]:
