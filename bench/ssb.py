@@ -103,10 +103,14 @@ def write_ingested(path: Path, rows: int, files: int, scale_factor: float) -> in
     return int(sum(pa.table(table.get_add_actions(flatten=True))["size_bytes"].to_pylist()))
 
 
+def where_clauses() -> list[str]:
+    """The 13 queries' WHERE clauses: the workload ``lakecluster tune --queries`` reads."""
+    return [re.split(r" GROUP BY | ORDER BY ", sql.split(" WHERE ", 1)[1])[0] for sql in QUERIES.values()]
+
+
 def workload_file(path: Path) -> Path:
-    """The 13 queries' WHERE clauses, one per line: the workload ``lakecluster tune --queries`` reads."""
-    clauses = [re.split(r" GROUP BY | ORDER BY ", sql.split(" WHERE ", 1)[1])[0] for sql in QUERIES.values()]
-    path.write_text("\n".join(clauses) + "\n")
+    """The 13 queries' WHERE clauses, one per line."""
+    path.write_text("\n".join(where_clauses()) + "\n")
     return path
 
 

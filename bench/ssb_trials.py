@@ -149,9 +149,7 @@ def trial(table: pa.Table, columns: Sequence[str], files: int, levels: Sequence[
 def tuned_weights(table: pa.Table, columns: Sequence[str], files: int, objective: str) -> dict[str, float]:
     """The weights ``tune --queries --keep-columns --objective`` picks for bench/ssb.py's 13 queries,
     scored on 200,000 of the rows (from equal weights, the compactor's default)."""
-    import re
-
-    from ssb import QUERIES
+    from ssb import where_clauses
 
     from lakecluster.compaction.advise import WorkloadModel, current_candidate, recommend_weights
     from lakecluster.compaction.workload import parse_workload
@@ -159,9 +157,8 @@ def tuned_weights(table: pa.Table, columns: Sequence[str], files: int, objective
 
     picked = np.sort(np.random.default_rng(0).choice(table.num_rows, min(table.num_rows, 200_000), replace=False))
     sample = table.take(picked)
-    clauses = [re.split(r" GROUP BY | ORDER BY ", sql.split(" WHERE ", 1)[1])[0] for sql in QUERIES.values()]
     parents = [c for c in FILTERED if pa.types.is_string(table[c].type)]
-    model = WorkloadModel(parse_workload(clauses, SSB_FULL_COLUMNS), sample,
+    model = WorkloadModel(parse_workload(where_clauses(), SSB_FULL_COLUMNS), sample,
                           np.full(sample.num_rows, table.num_rows / sample.num_rows), files, 1,
                           parent_candidates=parents, objective=objective)  # fmt: skip
     best = recommend_weights(model, current_candidate(columns, {}, ()))[0]

@@ -121,7 +121,7 @@ class Scored:
         more files than on the equal-bits layout, then the mean."""
         if self.objective_kind == "mean":
             return 0.0, round(self.mean_files_read, 6)
-        weights = self.weights or [1.0] * len(self.files_read)
+        weights = self.weights or [1.0] * len(self.files_read)  # as mean_files_read counts them
         worse = sum(weights[q] for q in self.worse_than_reference) / max(sum(weights), 1e-300)
         return round(worse, 6), round(self.mean_files_read, 6)
 
@@ -286,6 +286,7 @@ class WorkloadModel:
                       reference=list(self.reference(*(self.reference_layout or (cols, candidate.partition_by)))),
                       objective_kind=self.objective)  # fmt: skip
 
+    @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def reference(self, cols: tuple[str, ...], partition_by: tuple[str, ...]) -> tuple[float, ...]:
         """Per query, the files it reads when every partition is laid out on ``cols`` as a Z-order or
         Hilbert curve on equal bits of each column's range ids lays it out (``equal_bits_levels``:
