@@ -283,10 +283,10 @@ def main() -> None:
             layouts.append((label, live_files(spark, path), seconds, run_queries(spark, path, args.runs)))
         variants: list[tuple[str, dict[str, float], bool, Path | None, str]] = []
         if args.equal_depth:
-            variants.append(("lakecluster, equal-depth cuts", {}, False, None, ""))
-        variants.append(("**lakecluster**", {}, True, None, ""))
+            variants.append(("lakecluster, equal-depth cuts", {}, False, None, "mean"))
+        variants.append(("**lakecluster**", {}, True, None, "mean"))
         if weights:
-            variants.append(("**lakecluster, weighted**", weights, True, None, ""))
+            variants.append(("**lakecluster, weighted**", weights, True, None, "mean"))
         if args.tuned_weights:
             workload = workload_file(work / "queries.sql")
             variants.append(("**lakecluster, tuned weights**", {}, True, workload, "mean"))
@@ -294,8 +294,7 @@ def main() -> None:
         for i, (label, column_weights, round_cuts, queries, objective) in enumerate(variants):
             path = work / f"lakecluster-{i}" / "table"
             seconds, used = lakecluster_compactor(spark, source, path, target, args.columns, rows, args.scale_factor,
-                                                  in_bytes, column_weights, round_cuts, queries,
-                                                  objective or "mean")  # fmt: skip
+                                                  in_bytes, column_weights, round_cuts, queries, objective)  # fmt: skip
             if queries is not None:
                 tuned[objective] = used
             print(f"{label}: {seconds:.0f} s" + (f" (weights {used})" if used else ""), flush=True)

@@ -172,8 +172,11 @@ def main() -> None:
     p.add_argument("--columns", nargs="+", default=["s_city", "c_city", "p_brand1"])
     p.add_argument("--levels", nargs="*", default=[], metavar="L1,L2,...", help="forced level counts, one per column")
     p.add_argument("--weights", nargs="*", default=[], metavar="COLUMN=WEIGHT")
-    p.add_argument("--tune", choices=("mean", "no-query-worse"), metavar="OBJECTIVE",
-                   help="the weights tune --queries --keep-columns --objective OBJECTIVE picks (mean, no-query-worse)")
+    from lakecluster.compaction.advise import OBJECTIVES
+
+    p.add_argument("--tune", choices=OBJECTIVES, metavar="OBJECTIVE",
+                   help=f"the weights tune --queries --keep-columns --objective OBJECTIVE picks "
+                   f"({', '.join(OBJECTIVES)})")  # fmt: skip
     args = p.parse_args()
     weights = {k: float(v) for k, v in (w.split("=", 1) for w in args.weights)}
     started = time.perf_counter()
