@@ -9,6 +9,11 @@ yet, or stopped) serves no JVM series, and a scrape never starts Spark nor impor
 A py4j call waits for the JVM, which may be stuck (a long GC pause, a dying gateway): each read
 runs on a thread of its own and a scrape waits for it at most ``timeout_s``. A read still running
 from an earlier scrape is not repeated, so a stuck JVM holds one thread, not one per scrape.
+
+A scrape whose read misses that bound serves the last reading while it is at most ``REUSE_FOR_S``
+old: a series left out of one scrape is marked stale by Prometheus at once, so a driver busy for a
+moment (the moments its memory matters most) would punch holes in every JVM panel. A JVM that has
+not answered for longer serves no JVM series, and ``up`` with the other series says the process lives.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 READ_TIMEOUT_S = 0.5  # well within a scrape timeout (Prometheus's default is 10 s; the tests use 0.9 s)
 READER_THREAD = "jvm-metrics"
 STUCK_AFTER_S = 30.0  # a read running this long is reported once as stuck
+REUSE_FOR_S = 30.0  # a read that misses its bound serves the last reading up to this old
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ class JvmCollector:
         self._reader: threading.Thread | None = None
         self._reader_started = 0.0
         self._stuck_reported = False
+        self._last: tuple[float, JvmReading] | None = None  # (monotonic time read, reading)
         if registry is not None:
             registry.register(self)
 
@@ -121,11 +128,24 @@ class JvmCollector:
             yield from families(reading)
 
     def read(self) -> JvmReading | None:
-        """The JVM's values now, or None: no running SparkContext, a read that failed, or one not
-        done within ``timeout_s`` (or still running from an earlier call)."""
+        """The JVM's values now; the last reading if it is at most ``REUSE_FOR_S`` old and this read
+        is not done within ``timeout_s`` (or one from an earlier call still runs); else None (also
+        without a running SparkContext, or when the read failed)."""
         jvm = _driver_jvm()
         if jvm is None:
+            self._last = None  # a stopped SparkContext's values are not the next one's
             return None
+        answered, reading = self._read_now(jvm)
+        now = time.monotonic()
+        if reading is not None:
+            self._last = (now, reading)
+            return reading
+        if not answered and self._last is not None and now - self._last[0] <= REUSE_FOR_S:
+            return self._last[1]
+        return None
+
+    def _read_now(self, jvm: Any) -> tuple[bool, JvmReading | None]:
+        """(whether the JVM answered within ``timeout_s``, its reading or None if the read failed)."""
         result: list[JvmReading] = []
         done = threading.Event()
 
@@ -146,12 +166,12 @@ class JvmCollector:
                                 "until it does (a JVM stuck in GC or a broken py4j gateway)", running_s)  # fmt: skip
                 else:
                     log.debug("the previous read of the driver JVM's metrics is still running")
-                return None
+                return False, None
             self._reader = threading.Thread(target=run, name=READER_THREAD, daemon=True)
             self._reader_started, self._stuck_reported = time.monotonic(), False
             self._reader.start()
         if not done.wait(self.timeout_s):
-            log.warning("the driver JVM did not answer within %.1f s: its metrics are left out of this scrape",
-                        self.timeout_s)  # fmt: skip
-            return None
-        return result[0] if result else None
+            log.warning("the driver JVM did not answer within %.1f s: this scrape serves its last reading "
+                        "(if at most %.0f s old)", self.timeout_s, REUSE_FOR_S)  # fmt: skip
+            return False, None
+        return True, (result[0] if result else None)

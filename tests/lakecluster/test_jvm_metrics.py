@@ -1,7 +1,7 @@
 """The driver JVM's metrics on a real endpoint, in a process of their own: none before Spark starts
 (and the scrape neither imports pyspark nor starts a JVM), the JVM's own heap, GC and threads while
-a SparkContext runs, a stuck read that holds no scrape for long, none once Spark stopped; every
-series labelled with the table."""
+a SparkContext runs, a stuck read that holds no scrape for long and serves the last reading while it
+is recent, none once Spark stopped; every series labelled with the table."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from tests.conftest import subprocess_env
 SCRIPT = textwrap.dedent("""
     import json, os, sys, threading, time, urllib.request
     from prometheus_client.parser import text_string_to_metric_families
-    from lakecluster import metrics
+    from lakecluster import jvm_metrics, metrics
     from lakecluster.faults import PAUSE_ENV
     from lakecluster.jvm_metrics import READER_THREAD
+
+    jvm_metrics.REUSE_FOR_S = 2.5  # the last reading is served this long (30 s in service)
 
     port = metrics.serve(int(sys.argv[1]), "127.0.0.1", table="lineorder")
     out = {}
@@ -42,8 +44,8 @@ SCRIPT = textwrap.dedent("""
             time.sleep(0.1)
 
     def scrape_jvm():
-        # On a loaded machine one read may miss its 0.5 s bound, leaving that scrape without JVM
-        # series (by design); a JVM that answers shows up within a few scrapes.
+        # On a loaded machine the first read may miss its 0.5 s bound, leaving that scrape without
+        # JVM series (there is no earlier reading to serve); a JVM that answers shows up within a few.
         for attempt in range(1, 11):
             seen = scrape()
             if seen["jvm"]:
@@ -62,10 +64,15 @@ SCRIPT = textwrap.dedent("""
     sc._jvm.java.lang.System.gc()  # one more collection, which the next scrape must count
     out["after_gc"] = scrape_jvm()
 
-    os.environ[PAUSE_ENV] = "jvm_metrics:2"  # the JVM read hangs for 2 s
+    os.environ[PAUSE_ENV] = "jvm_metrics:8"  # the JVM read hangs for 8 s
+    stuck_since = time.monotonic()
     out["stuck"] = scrape()
     out["still_stuck"] = scrape()
     out["still_stuck"]["readers"] = sum(t.name == READER_THREAD for t in threading.enumerate())
+    time.sleep(max(0.0, stuck_since + 3.5 - time.monotonic()))  # past REUSE_FOR_S of the last reading
+    out["silent"] = scrape()
+    out["silent"]["readers"] = sum(t.name == READER_THREAD for t in threading.enumerate())
+    out["silent"]["within_pause"] = time.monotonic() - stuck_since < 8
     del os.environ[PAUSE_ENV]
     no_reader()
     out["recovered"] = scrape_jvm()
@@ -109,12 +116,16 @@ def test_jvm_metrics_follow_the_driver_jvm_and_never_hold_a_scrape() -> None:
 
     assert collections("after_gc") > collections("running")  # read live at each scrape
 
-    # A stuck JVM read: the scrape answers within the read's bound, without JVM series, and the
-    # next scrape starts no second read beside the stuck one.
-    for phase in ("stuck", "still_stuck"):
-        assert seen[phase]["jvm"] == [] and seen[phase]["seconds"] < 2, phase
+    # A stuck JVM read: each scrape answers within the read's bound, and the next one starts no
+    # second read beside the stuck one. While the last reading is recent the scrapes serve it (no
+    # hole in the panels); once it is older than REUSE_FOR_S, no JVM series.
+    for phase in ("stuck", "still_stuck", "silent"):
+        assert seen[phase]["seconds"] < 2, phase
         assert any(n == "lakecluster_stream_rows_total" for n, _, _ in seen[phase]["samples"]), phase
-    assert seen["still_stuck"]["readers"] == 1
+    for phase in ("stuck", "still_stuck"):
+        assert sorted(map(str, seen[phase]["jvm"])) == sorted(map(str, seen["after_gc"]["jvm"])), phase
+    assert seen["still_stuck"]["readers"] == 1 and seen["silent"]["readers"] == 1
+    assert seen["silent"]["within_pause"] and seen["silent"]["jvm"] == []
     assert seen["recovered"]["jvm"], seen["recovered"]["attempts"]
 
     assert seen["stopped"]["jvm"] == [] and seen["stopped"]["seconds"] < 2
