@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 READ_TIMEOUT_S = 0.5  # well within a scrape timeout (Prometheus's default is 10 s; the tests use 0.9 s)
 READER_THREAD = "jvm-metrics"
 STUCK_AFTER_S = 30.0  # a read running this long is reported once as stuck
-REUSE_FOR_S = 30.0  # a read that misses its bound serves the last reading up to this old
+# A read that misses its bound serves the last reading up to this old. No longer than STUCK_AFTER_S:
+# the last reading predates the stuck read, so when the stuck warning says "no JVM metrics", there are none.
+REUSE_FOR_S = STUCK_AFTER_S
 
 
 @dataclass(frozen=True)
