@@ -168,7 +168,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
         if policy.kind == "tiered":
             compactor.run_once()
         elif policy.kind == "full" and state["rounds"] % policy.full_every == 0:
-            files, _ = snapshot_files(lake.delta.open(), ())
+            _, files = snapshot_files(lake.delta, lake.config.table.columns, ())
             done = compactor.compact_group(Group((), tuple(files), 1, "full re-cluster"), compactor.sketches())
             assert done.result == "committed", done
         mean, _, live_bytes = scanned(str(table))

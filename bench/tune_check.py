@@ -91,7 +91,6 @@ def main() -> None:
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md and docs/img")
     args = p.parse_args()
 
-    from deltalake import DeltaTable
 
     from lakecluster.compaction.advise import Candidate, WorkloadModel, sample_rows
     from lakecluster.compaction.loop import Compactor
@@ -113,7 +112,8 @@ def main() -> None:
     ingest_s = time.monotonic() - started
     workload_text = Path(args.queries).read_text() if args.queries else WORKLOAD
 
-    table_bytes = sum(f.size for f in snapshot_files(DeltaTable(str(base)), [])[0])
+    columns = config_for(base, args.rows, args.batch_rows).table.columns
+    table_bytes = sum(f.size for f in snapshot_files(LakeTable.at(str(base)).delta, columns, [])[1])
     # One group of every new file, or groups of a third of the table (more, shallower runs to read).
     group_limits = (1 << 30, max(t * 2, table_bytes // 3))
     grid = [{"compaction.target_file_bytes": str(size), "compaction.min_file_bytes": str(size // 2),
@@ -124,21 +124,22 @@ def main() -> None:
         table = work / f"s{i}"
         shutil.copytree(base, table)
         config = config_for(table, args.rows, args.batch_rows, **settings)
-        dt = DeltaTable(str(table))
-        files, actions = snapshot_files(dt, [])
+        location = LakeTable.at(str(table)).delta
+        live, files = snapshot_files(location, config.table.columns, [])
+        actions = live.actions
         sketches = LakeTable.at(str(table)).sketches().latest()
         assert sketches is not None, "the stream wrote no sketches"
-        predicted = predict(config, config.compaction, files, actions, sketches, dt.version())
+        predicted = predict(config, config.compaction, files, actions, sketches, live.metadata.version)
         new_bytes = sum(f.size for f in files if f.generation == 0)
         Compactor(config, spark=spark).run_once()
-        dt = DeltaTable(str(table))
-        after, after_actions = snapshot_files(dt, [])
+        after_live, after = snapshot_files(location, config.table.columns, [])
+        after_actions = after_live.actions
         live = {f.path for f in after}
         rewritten = sum(f.size for f in files if f.path not in live)
         depth = {c: clustering_depth(after_actions, [f.path for f in after], sketches, c, config.sketches.boundaries)
                  for c in config.table.clustering_columns}  # fmt: skip
         queries = parse_workload(workload_text.splitlines(), config.table.columns)
-        sample, weights = sample_rows(dt.to_pyarrow_dataset(), after, [c.name for c in config.table.columns], 200_000)
+        sample, weights = sample_rows(location, after, config.table.columns, 200_000)
         model = WorkloadModel(queries, sample, weights, sum(f.size for f in after), config.compaction.target_file_bytes)
         modelled = model.score(Candidate(config.table.clustering_columns,
                                          tuple(1.0 for _ in config.table.clustering_columns), ()))  # fmt: skip

@@ -18,6 +18,7 @@ from lakecluster.compaction.adoptions import AdoptionStore
 from lakecluster.errors import TableNotFoundError
 from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
+from lakecluster.table.deletion_vectors import DeletionVector
 from lakecluster.table.metadata import parse_user_metadata
 
 PARALLEL_READS = 16  # commit files read at once (one request each on an object store)
@@ -75,13 +76,16 @@ def _service(meta: dict[str, Any], info: dict[str, Any]) -> str:
 
 
 def _rows(actions: list[dict]) -> int | None:
-    """Rows of the files by their stats; None when a file has none (the count would be a guess)."""
+    """Live rows of the files by their stats, less what their deletion vectors delete; None when
+    a file has no stats (the count would be a guess)."""
     total = 0
     for action in actions:
         try:
             total += int(json.loads(action["stats"])["numRecords"])
+            vector = DeletionVector.of(action.get("deletionVector"))
         except (KeyError, TypeError, ValueError):
             return None
+        total -= vector.cardinality if vector is not None else 0
     return total
 
 

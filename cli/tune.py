@@ -43,6 +43,7 @@ from lakecluster.hierarchy import Parent
 from lakecluster.sizes import human_bytes, human_duration, mebibytes
 from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable, table_properties
+from lakecluster.table.live_files import live_file_rows
 
 log = logging.getLogger(__name__)
 
@@ -74,33 +75,33 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
     """The grid of thresholds (``--grid``, default ``default_axes``) predicted on the table."""
     config = lake.config
     axes = dict(parse_axis(a) for a in axes_text) if axes_text else default_axes(config.compaction)
-    table = lake.delta.open()
     sketches = lake.sketches().latest()
     if sketches is None:
         raise LakeclusterError("no boundary sketches yet: run the stream first (it writes them with every micro-batch)")
-    files, actions = snapshot_files(table, config.table.partition_by)
+    live, files = snapshot_files(lake.delta, config.table.columns, config.table.partition_by)
+    actions, version = live.actions, live.metadata.version
     candidates = grid(config.compaction, axes)
     parents: dict[str, Parent] = {}
     if config.compaction.group_by_parents:  # as the compactor finds them; without, when it cannot
-        configuration = table_properties(table.metadata().configuration)
+        configuration = table_properties(live.metadata.configuration)
         try:
-            parents = table_parents(config, lake, actions, table.version(), configuration)
+            parents = table_parents(config, lake, live_file_rows(actions, [], []), version, configuration)
         except (OSError, pa.ArrowException) as e:
             log.warning("the predictions leave out the layout's parent columns: the table's sample could not be "
                         "read: %s", e)  # fmt: skip
-    current = predict(config, config.compaction, files, actions, sketches, table.version(), parents)
+    current = predict(config, config.compaction, files, actions, sketches, version, parents)
     new_bytes = sum(f.size for f in files if f.generation == 0)
     rows = []
     for cfg in candidates:
         if not valid(config, cfg):
             continue
-        p = predict(config, cfg, files, actions, sketches, table.version(), parents)
+        p = predict(config, cfg, files, actions, sketches, version, parents)
         amplification = round(p.write_amplification(new_bytes), 2)
         rows.append({"settings": {k: p.settings[k] for k in axes}, "groups": p.groups,
                      "bytes_rewritten": p.bytes_rewritten, "write_amplification": amplification,
                      "files_after": p.files_after, "point_query_files": p.point_query_files,
                      "current": all(getattr(cfg, k) == getattr(config.compaction, k) for k in axes)})  # fmt: skip
-    return {"table": lake.uri, "version": table.version(), "files": len(files), "new_bytes": new_bytes,
+    return {"table": lake.uri, "version": version, "files": len(files), "new_bytes": new_bytes,
             "axes": axes, "current": {"settings": {k: current.settings[k] for k in axes},
                                       "point_query_files": current.point_query_files}, "grid": rows,
             "no_difference": _grid_ties(rows, PartitionSizes.of_data_files(files))}  # fmt: skip

@@ -35,12 +35,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
 
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import DataFile, snapshot_files
@@ -49,9 +47,11 @@ from lakecluster.cuts import Unit, level_cuts
 from lakecluster.errors import LakeclusterError
 from lakecluster.hierarchy import parent_choices
 from lakecluster.layout import choose_levels, even_cuts
-from lakecluster.parquet_files import first_rows
+from lakecluster.log_stats import partition_array
+from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.sketches import numeric_values
-from lakecluster.table import LakeTable, table_properties
+from lakecluster.table import DeltaLocation, LakeTable, table_properties
+from lakecluster.table.file_rows import file_head
 
 from .workload import Predicate, Query, WorkloadError
 
@@ -126,36 +126,38 @@ class Scored:
         return round(worse, 6), round(self.mean_files_read, 6)
 
 
-def sample_rows(dataset: pds.Dataset, files: Sequence[DataFile], columns: Sequence[str], limit: int,
+def sample_rows(location: DeltaLocation, files: Sequence[DataFile], columns: Sequence[ColumnSpec], limit: int,
                 seed: int = 0) -> tuple[pa.Table, np.ndarray]:  # fmt: skip
-    """About ``limit`` rows of ``columns`` from every partition of the table in proportion to its rows
-    (at least a few from each), and per row the number of the table's rows it stands for."""
-    rows_of = {unquote(f.path).rsplit("/", 1)[-1]: f for f in files}
-    strata: dict[tuple[tuple[str, str | None], ...], list[tuple[pds.Fragment, int]]] = {}
-    for fragment in dataset.get_fragments():
-        f = rows_of.get(fragment.path.rsplit("/", 1)[-1])
-        rows = f.rows if f is not None and f.rows else fragment.count_rows()
-        strata.setdefault(f.partition if f is not None else (), []).append((fragment, rows))
-    total = sum(n for members in strata.values() for _, n in members)
+    """About ``limit`` live rows of ``columns`` from every partition of the table in proportion to
+    its rows (at least a few from each), and per row the number of the table's rows it stands for.
+    Partition columns among ``columns`` take their values from each file's partition."""
+    strata: dict[tuple[tuple[str, str | None], ...], list[DataFile]] = {}
+    for f in files:
+        strata.setdefault(f.partition, []).append(f)
+    total = sum(f.rows for f in files)
     floor = max(1, min(MIN_STRATUM_ROWS, limit // max(1, len(strata))))
     rng = random.Random(seed)
+    partition_names = {p for f in files for p, _ in f.partition}
+    data = pa.schema([pa.field(c.name, arrow_type(c)) for c in columns if c.name not in partition_names])
     parts, weights = [], []
     for members in strata.values():
-        stratum_rows = sum(n for _, n in members)
+        stratum_rows = sum(f.rows for f in members)
         wanted = min(stratum_rows, max(floor, round(limit * stratum_rows / max(total, 1))))
         rng.shuffle(members)
         taken = 0
-        for fragment, n in members:
+        for f in members:
             if taken >= wanted:
                 break
-            one = pds.FileSystemDataset([fragment], dataset.schema, dataset.format, dataset.filesystem)
-            piece = first_rows(one, min(n, wanted - taken), columns)
-            parts.append(piece)
+            piece = file_head(location.fs, location.root, f, min(f.rows, wanted - taken), data)
+            value = dict(f.partition)
+            parts.append(pa.table({c.name: piece[c.name] if c.name in data.names
+                                   else partition_array(c, [value.get(c.name)] * piece.num_rows)
+                                   for c in columns}))  # fmt: skip
             taken += piece.num_rows
         if taken:
             weights.append(np.full(taken, stratum_rows / taken))
     if not parts:
-        return pa.table({c: pa.array([], dataset.schema.field(c).type) for c in columns}), np.zeros(0)
+        return pa.table({c.name: pa.array([], arrow_type(c)) for c in columns}), np.zeros(0)
     return pa.concat_tables(parts).combine_chunks(), np.concatenate(weights)
 
 
@@ -574,15 +576,14 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     """
     config = lake.config
     t = config.table
-    table = lake.delta.open()
-    files, actions = snapshot_files(table, t.partition_by)
+    live, files = snapshot_files(lake.delta, t.columns, t.partition_by)
     used = {c for q in queries for c in q.columns}
     parents: list[str] = []
     if config.compaction.group_by_parents:  # the columns the compactor looks for parents among
-        parents = parent_candidates(config, table_properties(table.metadata().configuration))
+        parents = parent_candidates(config, table_properties(live.metadata.configuration))
     wanted = used | set(current.clustering_columns) | set(t.partition_by) | set(parents)
-    columns = [c.name for c in t.columns if c.name in wanted]
-    sample, weights = sample_rows(table.to_pyarrow_dataset(), files, columns, sample_limit)
+    columns = [c for c in t.columns if c.name in wanted]
+    sample, weights = sample_rows(lake.delta, files, columns, sample_limit)
     target = config.compaction.target_file_bytes
     model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents,
                           boundaries=config.sketches.boundaries, objective=objective,
@@ -590,7 +591,7 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
                                                                                partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target, min_gain=min_gain)
-    return Advice(table.version(), files, sample.num_rows, ranked, withheld, actions)
+    return Advice(live.metadata.version, files, sample.num_rows, ranked, withheld, live.actions)
 
 
 def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int, *,

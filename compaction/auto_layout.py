@@ -55,8 +55,8 @@ from lakecluster.compaction.adoptions import Adoption, AdoptionStore
 from lakecluster.compaction.advise import Scored, column_scalar, current_candidate, gain, layout_advice
 from lakecluster.compaction.capture import read_capture
 from lakecluster.compaction.captured import captured_queries, too_little
-from lakecluster.compaction.planner import Group
-from lakecluster.compaction.relayout import data_files, off_layout, relayout_groups
+from lakecluster.compaction.planner import Group, data_files
+from lakecluster.compaction.relayout import off_layout, relayout_groups
 from lakecluster.compaction.workload import Predicate, Query
 from lakecluster.config import CompactionConfig, Config
 from lakecluster.layout import layout_fingerprint

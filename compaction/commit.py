@@ -8,8 +8,11 @@ conflict checker does the rest: stream appends never conflict with it, a concurr
 that removed one of our input files makes it fail (``ConcurrentDeleteDeleteException``).
 
 Before committing, every output file must exist with the size its writer reported, and every input
-file must still be live in the snapshot the transaction starts from (Delta checks removes against
-concurrent commits, not against older ones). A commit call that fails without saying whether it
+file must still be live in the snapshot the transaction starts from, as it was read: its path and
+its deletion vector (Delta checks removes against concurrent commits, not against older ones; a
+``DELETE`` that marked rows of an input deleted re-adds its path with a new deletion vector, and
+the rewrite, made from the rows before it, must not land over it). Each ``remove`` carries the
+input's deletion vector, so it names the logical file it removes. A commit call that fails without saying whether it
 landed is resolved from the log by the attempt id; output files are never deleted here:
 unreferenced files are vacuum's job, after the retention period.
 """
@@ -22,12 +25,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from lakecluster import delta_txn
 from lakecluster.commit import Committed, Transaction, commit
 from lakecluster.compaction.planner import DataFile, Group
-from lakecluster.errors import CompactionConflictError
+from lakecluster.errors import CompactionConflictError, TableError
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.table import DeltaLocation, parse_user_metadata
+from lakecluster.table.deletion_vectors import file_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,23 +50,28 @@ _CONFLICTS = {
     "ProtocolChangedException": "the table's protocol changed while the group was rewritten",
 }  # fmt: skip
 
-GoneSince = Callable[[int, Sequence[str]], list[str]]  # (version, paths) -> the paths not live at it
+# (version, file keys) -> the keys not live at it (``DataFile.key``: a path and its deletion vector)
+GoneSince = Callable[[int, Sequence[str]], list[str]]
 
 
 def _remove_json(f: DataFile, now_ms: int) -> str:
+    """The file's ``remove``: its path and its deletion vector name the logical file removed."""
     return json.dumps({"remove": {
-        "path": f.path, "deletionTimestamp": now_ms, "dataChange": False, "extendedFileMetadata": True,
-        "partitionValues": dict(f.partition_values), "size": f.size,
+        **f.logged(), "deletionTimestamp": now_ms, "dataChange": False, "extendedFileMetadata": True,
     }})  # fmt: skip
 
 
 def live_at_version(location: DeltaLocation) -> GoneSince:
-    """``gone_since`` answered by a snapshot of the table at the version asked about."""
+    """``gone_since`` answered by the table's live files at its latest version (at least the one
+    asked about: conservative)."""
 
-    def gone(version: int, paths: Sequence[str]) -> list[str]:
-        actions = location.open(version).get_add_actions(flatten=True)
-        live = set(actions.column("path").to_pylist()) if actions.num_rows else set()
-        return [p for p in paths if p not in live]
+    def gone(version: int, keys: Sequence[str]) -> list[str]:
+        live = location.read_live_adds([], [])
+        if live.metadata.version < version:
+            raise TableError(f"the log of {location.uri} is at version {live.metadata.version}, behind {version}")
+        known = file_keys(live.actions["path"], live.actions["deletion_vector"])
+        present = pc.is_in(pa.array(list(keys), pa.string()), value_set=known).to_numpy(zero_copy_only=False)
+        return [k for k, ok in zip(keys, present, strict=True) if not ok]
 
     return gone
 
@@ -97,12 +109,13 @@ class RewriteCommit:
         return f"rewrite attempt {self.attempt}"
 
     def precheck(self, txn: Transaction) -> bool:
-        inputs = [f.path for f in self.group.files]
-        gone = self.gone_since(txn.read_version, inputs)
+        gone = self.gone_since(txn.read_version, [f.key for f in self.group.files])
         if gone:
+            path, _, vector = gone[0].partition("\x00")
             raise CompactionConflictError(
-                f"{len(gone)} input file(s) of the group are no longer in the table at version {txn.read_version} "
-                f"(another compactor rewrote them), e.g. {gone[0]}; the rewrite is abandoned"
+                f"{len(gone)} input file(s) of the group are no longer in the table as they were read at version "
+                f"{txn.read_version} (another compactor rewrote them, or a DELETE, UPDATE or MERGE changed them), "
+                f"e.g. {path}{f' with deletion vector {vector}' if vector else ''}; the rewrite is abandoned"
             )
         return True
 

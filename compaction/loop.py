@@ -54,6 +54,7 @@ from lakecluster.errors import (
     NoBoundariesError,
     TableError,
     TableNotFoundError,
+    UnsupportedTableError,
 )
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
@@ -67,8 +68,21 @@ from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.table import LakeTable
+from lakecluster.table.deletion_vectors import file_keys
+from lakecluster.table.delta_schema import DeltaSchema
 
 log = logging.getLogger(__name__)
+
+# Writer features a rewrite keeps as they are: it changes no row (the same values, in other
+# files: constraints, generated and identity columns hold), writes dataChange=false (no change
+# data), purges deletion vectors, and commits through Delta's own transaction (in-commit
+# timestamps, checkpoints). Row tracking (row ids must move with the rows) and Delta's own
+# clustering, Iceberg compatibility (its own file rules) and any feature newer than this list are not.
+REWRITE_FEATURES = frozenset({
+    "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "allowColumnDefaults",
+    "identityColumns", "columnMapping", "deletionVectors", "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck",
+    "timestampNtz", "typeWidening", "typeWidening-preview", "inCommitTimestamp", "checkpointProtection",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -413,6 +427,8 @@ class Compactor:
         metrics.COMPACTION_RUNS.inc()
         self.follow_adoption()  # one another compactor adopted since the last round
         self.sync_index()
+        self.live.refresh()
+        self.table_schema()  # a table the rewrites cannot keep as it is is refused before any work
         the_plan = self.plan()
         metrics.PENDING_GROUPS.set(len(the_plan.groups))
         metrics.PENDING_BYTES.set(sum(g.bytes for g in the_plan.groups))
@@ -448,23 +464,53 @@ class Compactor:
             self.on_progress(line)
 
     def _inputs_live(self, group: Group) -> bool:
-        return not self._gone_since(-1, [f.path for f in group.files])
+        return not self._gone_since(-1, [f.key for f in group.files])
 
-    def _gone_since(self, version: int, paths: Sequence[str]) -> list[str]:
-        """Which ``paths`` are not live at the latest version (which is at least ``version``)."""
+    def _gone_since(self, version: int, keys: Sequence[str]) -> list[str]:
+        """Which file ``keys`` (``DataFile.key``: path and deletion vector) are not live at the
+        latest version (which is at least ``version``)."""
         latest, files = self.live.snapshot()
         if latest < version:
             raise TableError(f"the log of {self.table.uri} is at version {latest}, behind {version}")
-        wanted = pa.array(list(paths), pa.string())
-        live = pc.is_in(wanted, value_set=files["path"]).to_numpy(zero_copy_only=False)
-        return [p for p, ok in zip(paths, live, strict=True) if not ok]
+        wanted = pa.array(list(keys), pa.string())
+        live = pc.is_in(wanted, value_set=file_keys(files["path"], files["deletion_vector"]))
+        return [k for k, ok in zip(keys, live.to_numpy(zero_copy_only=False), strict=True) if not ok]
 
-    def _stats_columns(self) -> tuple[str, ...]:
-        """The columns rewritten files carry stats for, as the table's properties choose them now."""
-        data_columns = [c.name for c in self.config.table.columns if c.name not in self.spec.partition_by]
+    def _stats_columns(self, schema: DeltaSchema) -> tuple[str, ...]:
+        """The columns rewritten files carry stats for, as the table's properties choose them now
+        (by physical name)."""
+        data_columns = [c.name for c in schema.columns if c.name not in schema.partition_by]
         configuration = self.live.configuration
         self._without_stats.check(data_columns, configuration)
-        return stats_columns(data_columns, configuration)
+        return tuple(schema.physical(c) for c in stats_columns(data_columns, configuration))
+
+    def table_schema(self) -> DeltaSchema:
+        """The table's schema as the live files last read it: what groups are rewritten in.
+
+        Raises:
+            UnsupportedTableError: the table is partitioned otherwise than configured, lacks a
+                clustering column, maps columns by id, or has a column type lakecluster does not
+                rewrite.
+        """
+        meta = self.live.metadata
+        schema = DeltaSchema.of(meta.schema_string, meta.partition_columns, meta.configuration)
+        t = self.config.table
+        if tuple(schema.partition_by) != tuple(t.partition_by):
+            raise UnsupportedTableError(f"{self.table.uri} is partitioned by {list(schema.partition_by)}, the "
+                                        f"configuration says {list(t.partition_by)}: set table.partition_by")
+        if missing := [c for c in t.clustering_columns if c not in schema.names]:
+            raise UnsupportedTableError(f"clustering column {missing[0]} is not a column of {self.table.uri} "
+                                        f"(renamed or dropped?); its columns: {', '.join(schema.names)}; "
+                                        "set table.clustering_columns")  # fmt: skip
+        if schema.mapping == "id":
+            raise UnsupportedTableError(f"{self.table.uri} maps columns by id (delta.columnMapping.mode = id), "
+                                        "which the compactor does not rewrite; use mode 'name'")  # fmt: skip
+        if unhandled := sorted(meta.writer_features - REWRITE_FEATURES):
+            raise UnsupportedTableError(
+                f"{self.table.uri} uses the Delta writer feature(s) {', '.join(unhandled)}, which the compactor's "
+                "rewrites do not keep; `lakecluster compact` refuses the table (the stream, status, explain and "
+                "vacuum still work on it)")  # fmt: skip
+        return schema
 
     def parents(self) -> dict[str, Parent]:
         """The parents of the string clustering columns (``lakecluster.hierarchy``), found in rows
@@ -519,9 +565,11 @@ class Compactor:
             column_types=self.config.table.clustering_types(), round_cuts=cfg.round_cuts, parents=self.parents(),
         )  # fmt: skip
         run_id = uuid.uuid4().hex[:12]
-        spec = RewriteSpec(self.table.uri, self.config.table.columns, self.spec.partition_by, layout,
-                           target_files=n_out, file_prefix=f"g{group.generation:02d}-{run_id}-l{fingerprint}",
-                           storage=self.table.storage_for_tasks(), stats_columns=self._stats_columns())  # fmt: skip
+        schema = self.table_schema()
+        spec = RewriteSpec(self.table.uri, schema, layout, target_files=n_out,
+                           file_prefix=f"g{group.generation:02d}-{run_id}-l{fingerprint}",
+                           storage=self.table.storage_for_tasks(),
+                           stats_columns=self._stats_columns(schema))  # fmt: skip
         try:
             if self._cancelled.is_set():  # the stop timeout passed while the group was planned
                 raise _Stopped

@@ -27,15 +27,20 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from lakecluster.config import CompactionConfig
+from lakecluster.schema import ColumnSpec
+from lakecluster.table import DeltaLocation
+from lakecluster.table.deletion_vectors import DeletionVector, cardinalities, file_key
+from lakecluster.table.live_files import live_file_rows
+from lakecluster.table.snapshot import LiveAdds
 
 _RUN_FILE = re.compile(r"part-g(\d+)-([0-9a-f]+)-")
 MAX_GENERATION_IN_NAME = 99  # file names carry the generation in two digits
@@ -43,16 +48,32 @@ MAX_GENERATION_IN_NAME = 99  # file names carry the generation in two digits
 
 @dataclass(frozen=True)
 class DataFile:
+    """A live file as the planner sees it. Its identity in the log is its path and its deletion
+    vector (:attr:`key`): a ``DELETE`` may leave the path and change the vector."""
+
     path: str
     size: int
-    rows: int
+    rows: int  # live rows: the stats' count less the rows the deletion vector deletes
     partition: tuple[tuple[str, str | None], ...]
     generation: int
     run: str | None  # None for generation 0
+    deletion_vector: DeletionVector | None = None
 
     @property
     def partition_values(self) -> dict[str, str | None]:
         return dict(self.partition)
+
+    @property
+    def key(self) -> str:
+        """The file's identity in the log (``deletion_vectors.file_key``)."""
+        return file_key(self.path, self.deletion_vector)
+
+    def logged(self) -> dict[str, Any]:
+        """The fields the log's ``add`` and ``remove`` actions name this file by."""
+        out: dict[str, Any] = {"path": self.path, "partitionValues": self.partition_values, "size": self.size}
+        if self.deletion_vector is not None:
+            out["deletionVector"] = self.deletion_vector.to_log()
+        return out
 
 
 def compacted_bytes_per_row(files: Sequence[DataFile], partition: tuple | None = None) -> float | None:
@@ -125,23 +146,26 @@ class Plan:
     relayout_bytes: int = 0
 
 
-def snapshot_files(table: DeltaTable, partition_by: Sequence[str]) -> tuple[list[DataFile], pa.Table]:
-    """The table's live files, and the raw add-action table (with min/max stats)."""
-    actions = pa.table(table.get_add_actions(flatten=True))
-    files = []
-    paths = actions["path"].to_pylist()
-    sizes = actions["size_bytes"].to_pylist()
-    rows = actions["num_records"].to_pylist() if "num_records" in actions.column_names else [0] * len(paths)
-    parts = {
-        name: [None if v is None else str(v) for v in actions[f"partition.{name}"].to_pylist()]
-        for name in partition_by
-        if f"partition.{name}" in actions.column_names
-    }
-    for i, path in enumerate(paths):
-        gen, run = file_run(path)
-        partition = tuple((name, parts[name][i]) for name in partition_by if name in parts)
-        files.append(DataFile(path, int(sizes[i]), int(rows[i] or 0), partition, gen, run))
-    return files, actions
+def data_files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
+    """The planner's files of rows of the live files' table (``live_files.LiveFiles``)."""
+    values = {c: rows[c].to_pylist() for c in ["path", "size", "rows", "generation", "run", "deletion_vector"]}
+    parts = {p: rows[f"partition.{p}"].to_pylist() for p in partition_by}
+    return [
+        DataFile(path, size, n or 0, tuple((p, parts[p][i]) for p in partition_by), gen, run, DeletionVector.of(dv))
+        for i, (path, size, n, gen, run, dv) in enumerate(zip(
+            values["path"], values["size"], values["rows"], values["generation"], values["run"],
+            values["deletion_vector"], strict=True))
+    ]  # fmt: skip
+
+
+def snapshot_files(location: DeltaLocation, columns: Sequence[ColumnSpec],
+                   partition_by: Sequence[str]) -> tuple[LiveAdds, list[DataFile]]:  # fmt: skip
+    """The table's latest live files (``LiveAdds``: its version and metadata, the add actions with
+    every data column of ``columns``' stats, typed), and those files as the planner's."""
+    by_name = {c.name: c for c in columns}
+    partitions = [by_name[p] for p in partition_by]
+    live = location.read_live_adds(partitions, [c for c in columns if c.name not in partition_by])
+    return live, data_files(live_file_rows(live.actions, partitions, []), partition_by)
 
 
 def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: CompactionConfig) -> Plan:
@@ -173,16 +197,66 @@ def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: Co
         complete = _due_for_main_run_merge(partition_key, live["run"], live["size"], cfg)
         if complete:
             wanted |= pc.is_in(partition_key, value_set=pa.array(sorted(complete))).to_numpy(zero_copy_only=False)
-    chosen = live.filter(pa.array(wanted)).select(["path", "size", "rows", *parts, "generation", "run"])
-    values = {c: chosen[c].to_pylist() for c in chosen.column_names}
-    files = [
-        DataFile(path, size, rows or 0, tuple((p, values[f"partition.{p}"][i]) for p in partition_by), gen, run)
-        for i, (path, size, rows, gen, run) in enumerate(zip(values["path"], values["size"], values["rows"],
-                                                              values["generation"], values["run"], strict=True))
-    ]  # fmt: skip
+    files = data_files(live.filter(pa.array(wanted)), partition_by)
     result = plan_files(files, version, cfg, complete=complete)
+    if cfg.purge_deletion_vectors:
+        result.groups = _with_purges(result.groups, live, partition_by, cfg)
     result.files_total, result.bytes_total = live.num_rows, int(sizes.sum())
     return result
+
+
+def deleted_share(live: pa.Table) -> np.ndarray:
+    """The share of each live file's rows its deletion vector deletes (0 without one)."""
+    deleted = cardinalities(live["deletion_vector"]).to_numpy(zero_copy_only=False).astype(np.float64)
+    rows = pc.fill_null(live["rows"], 0).to_numpy().astype(np.float64)
+    return np.divide(deleted, rows + deleted, out=np.zeros_like(deleted), where=(rows + deleted) > 0)
+
+
+def _with_purges(groups: list[Group], live: pa.Table, partition_by: Sequence[str],
+                 cfg: CompactionConfig) -> list[Group]:  # fmt: skip
+    """``groups`` with, in front, groups of the files the planner leaves alone whose deletion
+    vectors delete at least ``purge_deleted_share`` of their rows: rewritten, the deleted rows
+    leave the table's live files (and, after vacuum, its storage). At most ``max_groups_per_run``."""
+    due = live.filter(pa.array(deleted_share(live) >= cfg.purge_deleted_share))
+    if not due.num_rows:
+        return groups
+    planned = {f.path for g in groups for f in g.files}
+    files = [f for f in data_files(due, partition_by) if f.path not in planned]
+    purges = settled_groups(files, cfg, lambda n: f"purge the rows deletion vectors deleted from {n} file(s)")
+    return (purges + groups)[: cfg.max_groups_per_run]
+
+
+def settled_groups(files: list[DataFile], cfg: CompactionConfig, reason: Callable[[int], str], *,
+                   priority: Mapping[str, float] | None = None, relayout: bool = False) -> list[Group]:  # fmt: skip
+    """Per partition, files of one run next to each other, cut at ``max_group_bytes`` (a file
+    larger than that is a group of its own); each group becomes a run of the highest generation
+    among its files (at least 1), so settled data stays settled instead of climbing the tiers again.
+
+    With ``priority``, the files scoring highest go first within each partition and the groups
+    are ordered by their files' total score (stable: the order above on a tie)."""
+    score = priority or {}
+    by_partition: dict[tuple, list[DataFile]] = {}
+    for f in sorted(files, key=lambda f: (str(f.partition), -score.get(f.path, 0.0), -f.generation, f.run or "",
+                                          f.path)):  # fmt: skip
+        by_partition.setdefault(f.partition, []).append(f)
+    groups: list[Group] = []
+
+    def close(partition: tuple, batch: list[DataFile]) -> None:
+        generation = max(1, max(b.generation for b in batch))
+        groups.append(Group(partition, tuple(batch), generation, reason(len(batch)), relayout=relayout))
+
+    for partition, pfiles in by_partition.items():
+        batch: list[DataFile] = []
+        for f in pfiles:
+            if batch and sum(b.size for b in batch) + f.size > cfg.max_group_bytes:
+                close(partition, batch)
+                batch = []
+            batch.append(f)
+        if batch:
+            close(partition, batch)
+    if score:
+        groups.sort(key=lambda g: -sum(score.get(f.path, 0.0) for f in g.files))
+    return groups
 
 
 def _partition_keys(live: pa.Table, parts: Sequence[str]) -> pa.Array:

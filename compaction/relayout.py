@@ -20,11 +20,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.compaction.planner import DataFile, Group, Plan
+from lakecluster.compaction.planner import DataFile, Group, Plan, data_files, settled_groups
 from lakecluster.config import CompactionConfig
 
 
@@ -60,47 +59,10 @@ def with_relayout(the_plan: Plan, live: pa.Table, pending: pa.Array, fingerprint
                                relayout_files=left.num_rows, relayout_bytes=int(sizes.sum()))  # fmt: skip
 
 
-def data_files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
-    """The planner's files of rows of the live files' table."""
-    values = {c: rows[c].to_pylist() for c in ["path", "size", "rows", "generation", "run"]}
-    parts = {p: rows[f"partition.{p}"].to_pylist() for p in partition_by}
-    return [
-        DataFile(path, size, n or 0, tuple((p, parts[p][i]) for p in partition_by), gen, run)
-        for i, (path, size, n, gen, run) in enumerate(zip(values["path"], values["size"], values["rows"],
-                                                           values["generation"], values["run"], strict=True))
-    ]  # fmt: skip
-
-
 def relayout_groups(files: list[DataFile], cfg: CompactionConfig, *, priority: Mapping[str, float] | None = None,
                     why: str = "--full") -> list[Group]:  # fmt: skip
-    """Per partition, files of one run next to each other, cut at ``max_group_bytes`` (a file
-    larger than that is a group of its own); each group becomes a run of the highest generation
-    among its files (at least 1), so settled data stays settled instead of climbing the tiers again.
+    """The planner's ``settled_groups`` of ``files``, each a re-clustering to the current layout."""
+    def reason(n: int) -> str:
+        return f"re-cluster {n} file(s) not clustered under the current layout ({why})"
 
-    With ``priority``, the files scoring highest go first within each partition and the groups
-    are ordered by their files' total score (stable: the order above on a tie)."""
-    score = priority or {}
-    by_partition: dict[tuple, list[DataFile]] = {}
-    for f in sorted(files, key=lambda f: (str(f.partition), -score.get(f.path, 0.0), -f.generation, f.run or "",
-                                          f.path)):  # fmt: skip
-        by_partition.setdefault(f.partition, []).append(f)
-    groups: list[Group] = []
-    for partition, pfiles in by_partition.items():
-        batch: list[DataFile] = []
-        for f in pfiles:
-            if batch and sum(b.size for b in batch) + f.size > cfg.max_group_bytes:
-                groups.append(_group(partition, batch, why))
-                batch = []
-            batch.append(f)
-        if batch:
-            groups.append(_group(partition, batch, why))
-    if score:
-        groups.sort(key=lambda g: -sum(score.get(f.path, 0.0) for f in g.files))
-    return groups
-
-
-def _group(partition: tuple, files: list[DataFile], why: str) -> Group:
-    generation = max(1, int(np.max([f.generation for f in files])))
-    return Group(partition, tuple(files), generation,
-                 f"re-cluster {len(files)} file(s) not clustered under the current layout ({why})",
-                 relayout=True)  # fmt: skip
+    return settled_groups(files, cfg, reason, priority=priority, relayout=True)

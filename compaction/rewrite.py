@@ -1,6 +1,7 @@
 """Rewrite one group with Spark: key every row, cut the curve into files by cell, sort, write.
 
-1. read the group's Parquet files (partition values come from the Delta log, not from paths);
+1. read the group's files through Delta's reader (deletion vectors applied; partition values from
+   the Delta log, not from paths);
 2. one ``mapInArrow`` pass computes each row's cell key and full sort key (``ClusteringLayout``);
 3. the rows per cell (a few thousand numbers) come back to the driver, which assigns cells to
    output files along the curve (``file_plan``);
@@ -15,8 +16,9 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,14 +26,16 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakecluster.compaction.planner import Group
+from lakecluster import delta_txn
+from lakecluster.compaction.planner import DataFile, Group
 from lakecluster.config import StorageConfig
 from lakecluster.curves import key_array
+from lakecluster.errors import UnsupportedTableError
 from lakecluster.layout import ClusteringLayout, file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
-from lakecluster.schema import ColumnSpec, arrow_schema
-from lakecluster.spark import read_data_files
+from lakecluster.schema import ColumnSpec
 from lakecluster.storage import filesystem
+from lakecluster.table.delta_schema import DeltaSchema
 from lakecluster.uris import normalize
 
 CELL, KEY, FILE = "_lc_cell", "_lc_key", "_lc_file"
@@ -42,20 +46,52 @@ _OUTPUT_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()), ("num_r
 
 @dataclass(frozen=True)
 class RewriteSpec:
+    """How a group is rewritten: read and written in the table's schema at the version it was
+    planned on (``table_schema``: every column, whoever added it, by physical name), keyed by ``layout``."""
+
     table_uri: str
-    columns: tuple[ColumnSpec, ...]
-    partition_by: tuple[str, ...]
+    table_schema: DeltaSchema
     layout: ClusteringLayout
     target_files: int  # output files the group becomes (about its bytes / compaction.target_file_bytes)
     file_prefix: str  # "g<generation>-<run id>", see planner.file_run
     storage: StorageConfig = field(default_factory=StorageConfig)  # executors build their own filesystem
-    stats_columns: tuple[str, ...] | None = None  # the data columns output files carry stats for; None: all
+    # The data columns output files carry stats for, by physical name; None: all.
+    stats_columns: tuple[str, ...] | None = None
+
+    @classmethod
+    def for_columns(cls, table_uri: str, columns: Sequence[ColumnSpec], partition_by: Sequence[str],
+                    layout: ClusteringLayout, **settings: Any) -> RewriteSpec:  # fmt: skip
+        """A spec for a table of exactly ``columns``, without column mapping."""
+        return cls(table_uri, DeltaSchema.of_columns(columns, partition_by), layout, **settings)
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        return self.table_schema.partition_by
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The data files' columns (partition columns left out), by physical name."""
+        return self.table_schema.data_schema()
+
+    def key_input(self, table: pa.Table) -> pa.Table:
+        """The layout's columns of rows of :attr:`schema`, under the layout's (logical) names."""
+        physical = [self.table_schema.physical(c) for c in self.layout.columns]
+        return table.select(physical).rename_columns(list(self.layout.columns))
+
+    @property
+    def key_schema(self) -> pa.Schema:
+        """The fields of :attr:`schema` the layout reads."""
+        return pa.schema([self.schema.field(self.table_schema.physical(c)) for c in self.layout.columns])
+
+    def logged_partition(self, values: Mapping[str, str | None]) -> dict[str, str | None]:
+        """A group's partition values keyed as the log keys them (physical names under column mapping)."""
+        return {self.table_schema.physical(k): v for k, v in values.items()}
 
 
-def _key_task(layout: ClusteringLayout, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _key_task(spec: RewriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         table = pa.Table.from_batches([batch])
-        cell, key = layout.keys(table)
+        cell, key = spec.layout.keys(spec.key_input(table))
         yield pa.RecordBatch.from_arrays(
             [*batch.columns, key_array(cell).cast(pa.binary()), key_array(key).cast(pa.binary())],
             names=[*batch.schema.names, CELL, KEY],
@@ -75,7 +111,8 @@ def _write_task(
     along the key; the row counts per file id are known from the planning step.
     """
     fs, root = filesystem(spec.table_uri, spec.storage)
-    schema = arrow_schema(spec.columns)
+    schema = spec.schema
+    logged = spec.logged_partition(partition)
     token = uuid.uuid4().hex[:16]
     written: list[WrittenFile] = []
     writer: FileWriter | None = None
@@ -105,14 +142,13 @@ def _write_task(
                         written.append(writer.close())
                     name = f"part-{spec.file_prefix}-{token}-c{n:05d}.snappy.parquet"
                     n += 1
-                    writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name),
-                                        data_schema(schema, spec.partition_by), partition,
-                                        spec.stats_columns)  # fmt: skip
+                    writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name), schema,
+                                        logged, spec.stats_columns)  # fmt: skip
                     current = (fid, piece)
                 next_cut = next((c for c in cuts if c > row), None)
                 stop = int(end) if next_cut is None else min(int(end), int(start) + next_cut - pos)
                 assert writer is not None
-                writer.write(_data_columns(table.slice(offset, stop - offset), schema, spec.partition_by))
+                writer.write(_data_columns(table.slice(offset, stop - offset), schema))
                 offset = stop
     if writer is not None:
         written.append(writer.close())
@@ -121,27 +157,31 @@ def _write_task(
     yield pa.RecordBatch.from_pylist(rows, schema=_OUTPUT_SCHEMA)
 
 
-def data_schema(schema: pa.Schema, partition_by: Sequence[str]) -> pa.Schema:
-    """Data files hold the non-partition columns (Delta keeps partition values in the log)."""
-    return pa.schema([f for f in schema if f.name not in partition_by])
+def _data_columns(piece: pa.Table, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_arrays([piece[f.name].combine_chunks().cast(f.type) for f in schema], schema=schema)
 
 
-def _data_columns(piece: pa.Table, schema: pa.Schema, partition_by: Sequence[str]) -> pa.Table:
-    fields = [f for f in schema if f.name not in partition_by]
-    return pa.Table.from_arrays([piece[f.name].combine_chunks().cast(f.type) for f in fields],
-                                schema=pa.schema(fields))  # fmt: skip
+def read_group(spark: SparkSession, spec: RewriteSpec, files: Sequence[DataFile]) -> DataFrame:
+    """The group's live rows, read by Delta's reader (deletion vectors applied, column mapping
+    resolved), its data columns under their physical names.
 
-
-def read_group(spark: SparkSession, table_uri: str, columns: Sequence[ColumnSpec],
-               partition_by: Sequence[str], paths: Sequence[str]) -> DataFrame:  # fmt: skip
-    base = normalize(table_uri)
-    return read_data_files(spark, base, paths, [c for c in columns if c.name not in partition_by])
+    Raises:
+        UnsupportedTableError: a nested column under column mapping (Delta's reader names its
+            fields by their logical names, the files by their physical ones).
+    """
+    table = spec.table_schema
+    if table.mapping != "none" and any(pa.types.is_nested(f.type) for f in spec.schema):
+        raise UnsupportedTableError(f"{spec.table_uri}: rewriting nested columns under column mapping with Spark's "
+                                    "reader is not supported")  # fmt: skip
+    frame = delta_txn.files_frame(spark, normalize(spec.table_uri), [f.logged() for f in files])
+    return frame.select(*[F.col(f"`{c.name}`").alias(c.physical) for c in table.columns
+                          if c.name not in table.partition_by])  # fmt: skip
 
 
 def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[WrittenFile]:
-    df = read_group(spark, spec.table_uri, spec.columns, spec.partition_by, [f.path for f in group.files])
+    df = read_group(spark, spec, group.files)
     key_ddl = ", ".join(f"`{n}` {t}" for n, t in df.dtypes) + f", {CELL} binary, {KEY} binary"
-    keyed = df.mapInArrow(functools.partial(_key_task, spec.layout), key_ddl).persist(StorageLevel.MEMORY_AND_DISK)
+    keyed = df.mapInArrow(functools.partial(_key_task, spec), key_ddl).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts = sorted((bytes(r[CELL]), int(r["count"])) for r in keyed.groupBy(CELL).count().collect())
         if not counts:

@@ -28,16 +28,15 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as pds
 from pyspark.sql import SparkSession
 
-from lakecluster.compaction.planner import Group
+from lakecluster.compaction.planner import DataFile, Group
 from lakecluster.compaction.rewrite import RewriteSpec
-from lakecluster.compaction.rewrite_local import files_dataset
 from lakecluster.curves import argsort_keys
 from lakecluster.layout import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.storage import filesystem
+from lakecluster.table.file_rows import live_batches
 
 SLICE_BYTES = 64 << 20  # input bytes a task reads (its files' sizes on storage)
 BATCH_ROWS = 256 * 1024  # rows a mapper keys and splits at a time
@@ -51,13 +50,16 @@ _SHUFFLED = pa.ipc.IpcWriteOptions(compression="zstd")
 
 def _cells(spec: RewriteSpec, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(cell as fixed-width bytes, full sort key rows) of every row."""
-    cell, key = spec.layout.keys(table.select(list(spec.layout.columns)))
+    cell, key = spec.layout.keys(spec.key_input(table))
     return np.ascontiguousarray(cell).view(f"S{max(cell.shape[1], 1)}").ravel(), key
 
 
-def _count_task(spec: RewriteSpec, paths: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct cells, rows of each) of these files, read column-pruned."""
-    table = files_dataset(spec, paths).to_table(columns=list(spec.layout.columns), use_threads=False)
+def _count_task(spec: RewriteSpec, files: Sequence[DataFile]) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct cells, rows of each) of these files' live rows, read column-pruned."""
+    fs, root = filesystem(spec.table_uri, spec.storage)
+    target = spec.key_schema
+    table = pa.Table.from_batches(list(live_batches(fs, root, files, spec.schema, columns=target.names)),
+                                  schema=target)  # fmt: skip
     if table.num_rows == 0:
         return np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64)
     cells, _ = _cells(spec, table)
@@ -76,13 +78,13 @@ def _merge_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.nd
                                  minlength=len(distinct)).astype(np.int64)  # fmt: skip
 
 
-def _batches(scanner: pds.Scanner, rows: int) -> Iterator[pa.Table]:
-    """The scanner's rows as contiguous tables of at least ``rows`` rows (the last one fewer). A
+def _batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """The batches' rows as contiguous tables of at least ``rows`` rows (the last one fewer). A
     dataset's batches end where its files do: a slice of a thousand small stream files, split file
     by file, would send a record per file and output file (600,000 for 1,000 into 1,000)."""
     pending: list[pa.RecordBatch] = []
     count = 0
-    for batch in scanner.to_batches():
+    for batch in batches:
         if batch.num_rows:
             pending.append(batch)
             count += batch.num_rows
@@ -94,10 +96,11 @@ def _batches(scanner: pds.Scanner, rows: int) -> Iterator[pa.Table]:
 
 
 def _split_task(spec: RewriteSpec, cells: np.ndarray, file_of_cell: np.ndarray, slice_no: int,
-                paths: Sequence[str]) -> Iterator[tuple[int, tuple[int, int, bytes]]]:  # fmt: skip
-    """(output file, (slice, batch, Arrow IPC of the batch's rows for that file, with their key))."""
-    scanner = files_dataset(spec, paths).scanner(batch_size=BATCH_ROWS, use_threads=False)
-    for batch_no, table in enumerate(_batches(scanner, BATCH_ROWS)):
+                inputs: Sequence[DataFile]) -> Iterator[tuple[int, tuple[int, int, bytes]]]:  # fmt: skip
+    """(output file, (slice, batch, Arrow IPC of the batch's live rows for that file, with their key))."""
+    fs, root = filesystem(spec.table_uri, spec.storage)
+    scanned = live_batches(fs, root, inputs, spec.schema, batch_rows=BATCH_ROWS)
+    for batch_no, table in enumerate(_batches(scanned, BATCH_ROWS)):
         cell, key = _cells(spec, table)
         files = file_of_cell[np.searchsorted(cells, cell)]
         order = np.argsort(files, kind="stable")
@@ -136,22 +139,22 @@ def _write_task(spec: RewriteSpec, file_pieces: dict[int, int], partition: dict[
         for piece, (start, end) in enumerate(itertools.pairwise(cuts)):
             name = f"part-{spec.file_prefix}-{token}-c{fid:05d}-{piece:03d}.snappy.parquet"
             writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name), table.schema,
-                                partition, spec.stats_columns)  # fmt: skip
+                                spec.logged_partition(partition), spec.stats_columns)  # fmt: skip
             writer.write_rows(table, order[start:end])
             f = writer.close()
             yield {"path": f.path, "size": f.size, "num_records": f.num_records,
                    "partition_values": json.dumps(f.partition_values), "stats": f.stats}  # fmt: skip
 
 
-def input_slices(group: Group, max_bytes: int = SLICE_BYTES) -> list[list[str]]:
+def input_slices(group: Group, max_bytes: int = SLICE_BYTES) -> list[list[DataFile]]:
     """The group's files in order, cut into runs of about ``max_bytes`` (a task each)."""
-    slices: list[list[str]] = [[]]
+    slices: list[list[DataFile]] = [[]]
     size = 0
     for f in group.files:
         if slices[-1] and size + f.size > max_bytes:
             slices.append([])
             size = 0
-        slices[-1].append(f.path)
+        slices[-1].append(f)
         size += f.size
     return [s for s in slices if s]
 

@@ -30,18 +30,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as pds
 
 from lakecluster.config import Config
 from lakecluster.hierarchy import Parent, find_parents
-from lakecluster.parquet_files import file_head
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.sizes import human_bytes
 from lakecluster.sketches import BoundarySketches
 from lakecluster.stats_columns import stats_columns
 from lakecluster.storage import filesystem
 from lakecluster.table import LakeTable
-from lakecluster.uris import data_file
+from lakecluster.table.deletion_vectors import DeletionVector
+from lakecluster.table.file_rows import LiveFile, file_head, read_live
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +68,16 @@ def sample_files(live: pa.Table, version: int, rows: int = SAMPLE_ROWS) -> pa.Ta
     return shuffled if not len(enough) else shuffled.slice(0, int(enough[0]) + 1)
 
 
-def read_columns(table: LakeTable, paths: Sequence[str], columns: Sequence[ColumnSpec]) -> pa.Table:
-    """``columns`` of the data files at ``paths`` (relative to the table), in their declared types."""
+def live_refs(files: pa.Table) -> list[LiveFile]:
+    """The files of rows of the live files' table (``path``, ``deletion_vector``) as the log names them."""
+    return [LiveFile(path, DeletionVector.of(vector))
+            for path, vector in zip(files["path"].to_pylist(), files["deletion_vector"].to_pylist(), strict=True)]
+
+
+def read_columns(table: LakeTable, files: pa.Table, columns: Sequence[ColumnSpec]) -> pa.Table:
+    """``columns`` of the live rows of ``files`` (rows of the live files' table), in their declared types."""
     fs, root = filesystem(table.uri, table.storage)
-    parquet = pds.ParquetFileFormat(read_options=pds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-    dataset = pds.dataset([data_file(root, p) for p in paths], schema=arrow_schema(tuple(columns)), format=parquet,
-                          filesystem=fs)  # fmt: skip
-    return dataset.to_table(columns=[c.name for c in columns], use_threads=True)
+    return read_live(fs, root, live_refs(files), arrow_schema(tuple(columns)))
 
 
 def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int,
@@ -87,7 +89,7 @@ def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int
         SketchStoreError: the stream's sketch file could not be read or written.
     """
     chosen = sample_files(live, version)
-    rows = read_columns(table, chosen["path"].to_pylist(), missing)
+    rows = read_columns(table, chosen, missing)
     sk = config.sketches
     built = BoundarySketches.empty(missing, k=sk.k, max_string_chars=sk.max_string_chars)
     for c in missing:
@@ -118,7 +120,7 @@ SAMPLE_READERS = 8  # files spread_rows reads at once
 
 def spread_rows(table: LakeTable, live: pa.Table, version: int, columns: Sequence[ColumnSpec],
                 rows: int = SAMPLE_ROWS, files: int = PARENT_SAMPLE_FILES) -> pa.Table:  # fmt: skip
-    """About ``rows`` rows of ``columns``: the first rows of each of up to ``files`` live files in an
+    """About ``rows`` rows of ``columns``: the first live rows of each of up to ``files`` live files in an
     order fixed by ``version``. Unlike whole files (``sample_files``), which after compaction each
     hold a narrow range of the clustering columns, slices of many files cover their whole range."""
     order = np.random.default_rng(version).permutation(live.num_rows)[:files]
@@ -129,12 +131,12 @@ def spread_rows(table: LakeTable, live: pa.Table, version: int, columns: Sequenc
     schema = arrow_schema(tuple(columns))
     each = max(1, rows // chosen.num_rows)
 
-    def head(path: str) -> pa.Table:
-        return file_head(fs, data_file(root, path), each, schema)
+    def head(file: LiveFile) -> pa.Table:
+        return file_head(fs, root, file, each, schema)
 
     # Hundreds of small reads, each mostly waiting on storage (a footer, a page per column): in parallel.
     with ThreadPoolExecutor(max_workers=SAMPLE_READERS) as pool:
-        return pa.concat_tables(list(pool.map(head, chosen["path"].to_pylist())))
+        return pa.concat_tables(list(pool.map(head, live_refs(chosen))))
 
 
 def parent_candidates(config: Config, configuration: Mapping[str, str]) -> list[str]:

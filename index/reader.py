@@ -1,26 +1,31 @@
-"""A Spark DataFrame over only the files ``prune`` kept.
+"""A Spark DataFrame over only the files ``prune`` kept, read by Delta's own reader: a file's
+deletion vector applied, columns by their physical names under column mapping.
 
 Partition columns are not stored in Delta data files: their values come back from the stored
 index (each partition column is indexed, its min is the partition value), one read per partition.
 So the stored index must be the table's (``sync.identity``) and hold every candidate file: a
 result of ``prune`` built in memory, or with new files read from the log, is read after a sync.
+Each candidate is read as the table's latest version holds it (its deletion vector there); one
+that version no longer holds (rewritten or deleted since the index's version) means the index is
+behind: sync and prune again.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakecluster.delta_txn import files_frame
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.encoding import decode_array
 from lakecluster.index.prune import PruneResult
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import identity, store_for
 from lakecluster.schema import spark_ddl, spark_sql_type
-from lakecluster.spark import read_data_files
 
 
 def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -> DataFrame:
@@ -51,12 +56,16 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
         raise StatsIndexError(f"{len(absent)} candidate file(s) (such as {absent[0]}) are not in the stored index "
                               f"at version {manifest.delta_version}: prune with index='sync' (or run "
                               "`lakecluster index sync`) before reading them")  # fmt: skip
+    adds = _latest_adds(spec, candidates.to_pylist(), manifest.partition_by)
     groups: dict[tuple, list[str]] = defaultdict(list)
     for f in candidates.to_pylist():
         groups[tuple(values[f].get(p) for p in manifest.partition_by)].append(f)
     frames = []
     for key, files in groups.items():
-        df = read_data_files(spark, base, files, data_columns)
+        df = files_frame(spark, base, [adds[f] for f in files])
+        present = set(df.columns)
+        df = df.select(*[(F.col(f"`{c.name}`") if c.name in present else F.lit(None))
+                         .cast(spark_sql_type(c)).alias(c.name) for c in data_columns])  # fmt: skip
         for p, v in zip(manifest.partition_by, key, strict=True):
             df = df.withColumn(p, F.lit(v).cast(spark_sql_type(by_name[p])))
         frames.append(df.select(*[c.name for c in columns]))
@@ -64,3 +73,18 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
     for df in frames[1:]:
         out = out.unionByName(df)
     return out
+
+
+def _latest_adds(spec: IndexSpec, paths: list[str], partition_by: list[str]) -> dict[str, dict]:
+    """Each candidate's ``add`` fields (path, partition values, size, deletion vector) at the
+    table's latest version."""
+    version, live = spec.table.live_files().snapshot()
+    rows = live.filter(pc.is_in(live["path"], value_set=pa.array(paths, pa.string())))
+    found = {r["path"]: r for r in rows.to_pylist()}
+    if absent := [p for p in paths if p not in found]:
+        raise StatsIndexError(f"{len(absent)} candidate file(s) (such as {absent[0]}) are no longer in the table "
+                              f"at version {version}: sync the index (`lakecluster index sync`) and prune again")
+    return {p: {"path": p, "size": found[p]["size"],
+                "partitionValues": {c: found[p].get(f"partition.{c}") for c in partition_by},
+                **({"deletionVector": found[p]["deletion_vector"]} if found[p]["deletion_vector"] else {})}
+            for p in paths}  # fmt: skip

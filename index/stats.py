@@ -20,6 +20,7 @@ files per commit). Both are normalised the conservative way before encoding:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -214,16 +215,24 @@ def _nan_array(col: ColumnSpec, n: int, paths: list[str],
 
 
 def from_log_actions(adds: Sequence[Mapping[str, Any]], columns: Sequence[ColumnSpec], partition_by: Sequence[str],
-                     seed: int, nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
+                     seed: int, nan_counts: Mapping[str, Mapping[str, int]] | None = None, *,
+                     physical: Mapping[str, str] | None = None) -> pa.Table:  # fmt: skip
     """Index rows of the files added by ``add`` actions read from the log; their stats texts are
-    parsed together, as the snapshot reader parses a checkpoint's (``snapshot.parse_stats``)."""
+    parsed together, as the snapshot reader parses a checkpoint's (``snapshot.parse_stats``).
+    ``physical``: the columns' names in the log's stats and partition values (column mapping)."""
     n = len(adds)
     if n == 0:
         return empty_rows()
+    logged = {c.name: (physical or {}).get(c.name, c.name) for c in columns}
     stats_columns = [c for c in columns if c.name not in partition_by]
-    parsed = parse_stats(pa.array([a.get("stats") for a in adds], pa.string()), stats_columns, True)
+    texts = pa.array([a.get("stats") for a in adds], pa.string())
+    as_logged = parse_stats(texts, [replace(c, name=logged[c.name]) for c in stats_columns], True)
+    parsed = {"num_records": as_logged["num_records"]}
+    for c in stats_columns:
+        for kind in ("null_count", "min", "max"):
+            parsed[f"{kind}.{c.name}"] = as_logged[f"{kind}.{logged[c.name]}"]
     value_count = parsed["num_records"]
-    parts = {c.name: partition_array(c, [(a.get("partitionValues") or {}).get(c.name) for a in adds])
+    parts = {c.name: partition_array(c, [(a.get("partitionValues") or {}).get(logged[c.name]) for a in adds])
              for c in columns if c.name in partition_by}  # fmt: skip
     paths = [a["path"] for a in adds]
     files = pa.table({"file": pa.array(paths, pa.string()),

@@ -84,7 +84,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Manifest:
     delta_version: int
-    table_columns: list[dict[str, str]]  # every column of the table: {"name", "type"}
+    # every column of the table: {"name", "type"}, and "physical" where the log keys its stats and
+    # partition values by another name (column mapping)
+    table_columns: list[dict[str, str]]
     indexed: list[str]
     partition_by: list[str]
     fingerprint: dict
@@ -103,6 +105,10 @@ class Manifest:
 
     def columns(self) -> tuple[ColumnSpec, ...]:
         return tuple(ColumnSpec(c["name"], c["type"]) for c in self.table_columns)
+
+    def physical_names(self) -> dict[str, str]:
+        """Each column's name in the log's stats and partition values (column mapping: its physical name)."""
+        return {c["name"]: c.get("physical", c["name"]) for c in self.table_columns}
 
     def indexed_columns(self) -> tuple[ColumnSpec, ...]:
         by_name = {c.name: c for c in self.columns()}

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster import metrics
-from lakecluster.errors import StatsIndexError
+from lakecluster.errors import StatsIndexError, UnsupportedTableError
 from lakecluster.index.file_ids import distinct, file_ids, find
 from lakecluster.index.spec import IndexSpec, schema_string_columns, table_columns
 from lakecluster.index.stats import (
@@ -41,7 +41,7 @@ from lakecluster.index.store import IndexFilesMissing, IndexStore, Manifest
 from lakecluster.log_stats import partition_array
 from lakecluster.schema import ColumnSpec
 from lakecluster.table import IndexState, LakeTable, LogGap, NetChanges
-from lakecluster.table.snapshot import Unsupported
+from lakecluster.table.snapshot import Unsupported, physical_names
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def build(spec: IndexSpec, *, seed: int = 0) -> Built:
     """
     delta = spec.table.delta
     table_id = delta.table_id()
-    version, columns, partition_by, indexed, actions = _snapshot(spec)
+    version, columns, partition_by, indexed, actions, physical = _snapshot(spec)
     stamp = delta.commit_stamp(version)
     if delta.table_id() != table_id:  # the snapshot and the stamp may be of two tables
         raise StatsIndexError(f"the table at {spec.table_uri} was created anew while its index was built; "
@@ -141,17 +141,20 @@ def build(spec: IndexSpec, *, seed: int = 0) -> Built:
     if spec.nan_counts == "scan":
         nans = scan_nan_counts(spec.table.delta.fs, spec.table.delta.root, actions["path"].to_pylist(), indexed)
     parts = add_action_parts(actions, indexed, partition_by, seed, nans, fids=fids) if actions.num_rows else iter(())
-    manifest = Manifest(version, [{"name": c.name, "type": c.type} for c in columns],
+    described = [{"name": c.name, "type": c.type, **({"physical": physical[c.name]}
+                  if physical.get(c.name, c.name) != c.name else {})} for c in columns]  # fmt: skip
+    manifest = Manifest(version, described,
                         [c.name for c in indexed], partition_by, spec.fingerprint(), fid_seed=seed,
                         table_id=table_id, commit_stamp=stamp)  # fmt: skip
     rows = actions.num_rows * (1 + len(indexed))  # a file row and an entry per indexed column, per file
     return Built(manifest, parts, rows, actions.num_rows)
 
 
-def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], tuple[ColumnSpec, ...], pa.Table]:
-    """(version, table columns, partition columns, indexed columns, live add actions flattened):
-    from the log's checkpoint and commits (only the indexed columns' stats), or through delta-rs
-    for a log that reader does not read."""
+def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], tuple[ColumnSpec, ...], pa.Table,
+                                        dict[str, str]]:  # fmt: skip
+    """(version, table columns, partition columns, indexed columns, live add actions flattened,
+    the columns' names in the log): from the log's checkpoint and commits (only the indexed
+    columns' stats), or through delta-rs for a log that reader does not read."""
     location = spec.table.delta
     try:
         meta = location.metadata()
@@ -163,16 +166,22 @@ def _snapshot(spec: IndexSpec) -> tuple[int, tuple[ColumnSpec, ...], list[str], 
         live = location.live_adds([by_name[p] for p in partition_by], stats, null_counts=True)
         got = live.metadata
         if got.schema_string == meta.schema_string and got.partition_columns == meta.partition_columns:
-            return got.version, columns, partition_by, indexed, live.actions
+            return got.version, columns, partition_by, indexed, live.actions, physical_names(got)
         reason = "the schema changed while it was read"
     except (Unsupported, LogGap) as e:
         reason = str(e)
     log.debug("index of %s rebuilt from delta-rs's snapshot (%s)", spec.table_uri, reason)
     table = location.open()
+    if "deletionVectors" in (table.protocol().reader_features or []) or \
+            table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none":  # fmt: skip
+        # delta-rs's add actions carry no deletion vectors, and name stats as the log does
+        raise UnsupportedTableError(f"the index of {spec.table_uri} cannot be built: its log could not be read "
+                                    f"({reason}) and delta-rs does not read this table right")  # fmt: skip
     columns = table_columns(pa.schema(table.schema().to_arrow()))
     partition_by = list(table.metadata().partition_columns)
     indexed = spec.indexed(columns, partition_by)
-    return table.version(), columns, partition_by, indexed, pa.table(table.get_add_actions(flatten=True))
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return table.version(), columns, partition_by, indexed, actions, {c.name: c.name for c in columns}
 
 
 def distinct_seed(paths: pa.ChunkedArray | pa.Array, first: int) -> tuple[int, np.ndarray]:
@@ -329,15 +338,17 @@ def pending(spec: IndexSpec, store: IndexStore) -> Pending:
         raise RebuildNeeded(why)
     indexed = manifest.indexed_columns()
     added, removed = changes.added, changes.removed
-    partition_names = set(manifest.partition_by)
+    physical = manifest.physical_names()
+    partition_names = {physical[p] for p in manifest.partition_by}
     if any(set(action.get("partitionValues") or {}) != partition_names for action in added.values()):
-        # Column mapping keys them (and the stats) by physical names: read by the logical
-        # ones, every partition value would look null and the file be skipped wrongly.
+        # Read by other names than the log's, every partition value would look null and the
+        # file be skipped wrongly (an index written before it recorded physical names).
         raise RebuildNeeded("new files' partition values are not keyed by the partition columns' names "
-                            "(column mapping)")  # fmt: skip
+                            "in the index (column mapping)")  # fmt: skip
     delta = spec.table.delta
     nans = scan_nan_counts(delta.fs, delta.root, list(added), indexed) if spec.nan_counts == "scan" else None
-    adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, manifest.fid_seed, nans)
+    adds = from_log_actions(list(added.values()), indexed, manifest.partition_by, manifest.fid_seed, nans,
+                            physical=physical)  # fmt: skip
     try:
         clash = _number_clash(store, manifest, adds)
     except StatsIndexError as e:  # a data file of the manifest is missing: only a rebuild helps
@@ -396,7 +407,9 @@ def _removed_keys(removed: dict[str, dict], manifest: Manifest) -> list[tuple[st
     if not removed:
         return []
     by_name = {c.name: c for c in manifest.columns()}
-    values = {p: partition_array(by_name[p], [(r.get("partitionValues") or {}).get(p) for r in removed.values()])
+    physical = manifest.physical_names()
+    values = {p: partition_array(by_name[p], [(r.get("partitionValues") or {}).get(physical[p])
+                                              for r in removed.values()])
               for p in manifest.partition_by}  # fmt: skip
     keys = partition_keys(values, manifest.partition_by, len(removed)).to_pylist()
     return list(zip(removed, keys, strict=True))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lakecluster import delta_txn
 from lakecluster.errors import TableError
-from lakecluster.faults import fail_point
+from lakecluster.faults import fail_point, pause_point
 from lakecluster.table import DeltaLocation, LogGap, user_metadata
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ def commit(spark: SparkSession, plan: CommitPlan, *, checkpoints: BackgroundChec
     txn = Transaction(jvm, delta_log.startTransaction())
     if not plan.precheck(txn):
         return Committed(None)
+    pause_point("commit_transaction_started")  # tests: another writer commits inside the transaction
     detached = checkpoints is not None and checkpoints.detach_hook(txn.txn)
     lines = plan.actions(int(time.time() * 1000))
     delta_txn.register_metrics(spark, txn.txn, plan.metrics())

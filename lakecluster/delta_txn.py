@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lakecluster.parquet_files import WrittenFile
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # Writer features an append of plain Parquet files with full stats honours as it is. The features
 # that change what a data file must hold (column mapping, constraints, generated, identity and
@@ -58,6 +58,21 @@ def add_json(f: WrittenFile, now_ms: int, *, data_change: bool) -> str:
         "path": f.path, "partitionValues": dict(f.partition_values), "size": f.size, "modificationTime": now_ms,
         "dataChange": data_change, "stats": f.stats,
     }})  # fmt: skip
+
+
+def files_frame(spark: SparkSession, table_uri: str, adds: Sequence[Mapping[str, Any]]) -> DataFrame:
+    """The live rows of the data files ``adds`` name (``add`` actions: path, partitionValues,
+    size, deletionVector), read by Delta's own reader: deletion vectors applied, columns by their
+    physical names under column mapping, partition columns from the values given, every column
+    of the table's latest schema."""
+    from pyspark.sql import DataFrame
+
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table_uri)  # type: ignore[attr-defined]
+    none = jvm.scala.Option.empty()
+    snapshot = delta_log.update(False, none, none)
+    lines = [json.dumps({"add": {"modificationTime": 0, "dataChange": False, **dict(a)}}) for a in adds]
+    return DataFrame(delta_log.createDataFrame(snapshot, actions(jvm, lines), False, none), spark)
 
 
 def register_metrics(spark: SparkSession, txn: Any, values: Mapping[str, int]) -> None:
@@ -102,13 +117,18 @@ def expected_fields(jvm: Any, ddl: str) -> tuple[dict, ...]:
 def append_blocker(facts: TableFacts, fields: Sequence[dict], partition_by: Sequence[str]) -> str | None:
     """Why files lakecluster writes itself cannot be appended to this table as they are (None: they can).
 
-    They can when the table holds exactly the declared columns (names, types, nullability, no
-    field metadata: no generated, identity or default column, no invariant), is partitioned as
-    declared, has no CHECK constraint and no column mapping, and uses no writer feature outside
-    ``APPEND_SAFE_FEATURES``.
+    They can when the table holds the declared columns exactly (names, types, nullability, no
+    field metadata: no generated, identity or default column, no invariant) and any other column
+    is a plain nullable one (another writer added it: the files lack it, which readers read as
+    null), is partitioned as declared, has no CHECK constraint and no column mapping, and uses
+    no writer feature outside ``APPEND_SAFE_FEATURES``.
     """
-    if tuple(facts.fields) != tuple(fields):
-        return "the table's schema is not exactly the declared columns"
+    declared = {f["name"]: f for f in fields}
+    table = {f["name"]: f for f in facts.fields}
+    if any(table.get(name) != field for name, field in declared.items()):
+        return "the table's schema does not hold the declared columns as declared"
+    if extra := [f["name"] for f in facts.fields if f["name"] not in declared and not _plain_nullable(f)]:
+        return f"the table has columns that are not declared and not plain nullable ones ({', '.join(extra)})"
     if tuple(facts.partition_columns) != tuple(partition_by):
         return "the table's partition columns are not the declared ones"
     constraints = sorted(k for k in facts.configuration if k.startswith("delta.constraints."))
@@ -120,6 +140,11 @@ def append_blocker(facts: TableFacts, fields: Sequence[dict], partition_by: Sequ
     if unknown:
         return f"the table uses writer features {', '.join(unknown)}"
     return None
+
+
+def _plain_nullable(field: Mapping[str, Any]) -> bool:
+    """A nullable column with no metadata (no generated expression, default, identity, invariant)."""
+    return bool(field.get("nullable", True)) and not field.get("metadata")
 
 
 # py4j's own first line of a failed call ("An error occurred while calling o75.commit."): the JVM's

@@ -102,6 +102,11 @@ class TableNotWritableError(TableError):
     """The table location cannot be written to."""
 
 
+class UnsupportedTableError(TableError):
+    """The table uses a Delta feature (or a form of its log) lakecluster does not handle: refused,
+    never read as something else."""
+
+
 class SchemaMismatchError(TableError):
     """The schema in the config disagrees with the schema of the existing table."""
 

@@ -1,5 +1,5 @@
 """Writing Parquet data files into a Delta table directory, with the stats Delta wants per file
-(and reading a few rows back: ``first_rows``, ``file_head``).
+(reading rows back is ``table/file_rows.py``'s).
 
 Runs inside Spark tasks (``mapInArrow``), so one pass over the data writes the files, computes
 their stats, and (in the stream) feeds the boundary sketches. Files are grouped by partition
@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -184,7 +183,9 @@ class StatsAccumulator:
 
     def __init__(self, schema: pa.Schema, columns: Collection[str] | None = None) -> None:
         self.schema = schema
-        self.names = [n for n in schema.names if columns is None or n in columns]
+        # A struct's stats are nested objects of its fields' in Delta's: none are written for it.
+        self.names = [f.name for f in schema
+                      if (columns is None or f.name in columns) and not pa.types.is_struct(f.type)]
         self.rows = 0
         self.nulls = dict.fromkeys(self.names, 0)
         self.mins: dict[str, Any] = {}
@@ -292,48 +293,3 @@ def data_file_path(partition_by: Sequence[str], values: dict[str, str | None], n
     """``col=value/.../name`` relative to the table root (see ``_path_segment``)."""
     directory = "/".join(_path_segment(k, values[k]) for k in partition_by)
     return f"{directory}/{name}" if directory else name
-
-
-MIN_BATCH_ROWS = 4096  # first_rows reads batches of at least this many rows
-
-
-def first_rows(dataset: pds.Dataset, rows: int, columns: Sequence[str]) -> pa.Table:
-    """The first ``rows`` rows of ``columns`` of ``dataset``, holding no more memory than they need.
-
-    ``Dataset.head`` decodes whole batches (131,072 rows by default, read ahead) and returns a
-    slice that keeps its batch alive: a few rows from each of 150 wide files held 12 GiB. Here
-    the batches are about ``rows`` long, nothing is read ahead, and the rows are copied out.
-    """
-    # Batches of at least MIN_BATCH_ROWS: the reader's cost per batch makes 1-row batches slow.
-    scanner = dataset.scanner(columns=list(columns), batch_size=max(rows, MIN_BATCH_ROWS), batch_readahead=0,
-                              fragment_readahead=0, use_threads=False)  # fmt: skip
-    if rows <= 0:
-        return scanner.projected_schema.empty_table()
-    batches, taken = [], 0
-    for batch in scanner.to_batches():
-        if taken >= rows:
-            break
-        batch = batch.slice(0, rows - taken)
-        batches.append(batch)
-        taken += batch.num_rows
-    return _copied(pa.Table.from_batches(batches, schema=scanner.projected_schema))
-
-
-def file_head(filesystem: pafs.FileSystem, path: str, rows: int, schema: pa.Schema) -> pa.Table:
-    """The first ``rows`` rows of one Parquet data file as ``schema`` (its columns, in its types; a
-    column the file lacks, written before the column existed, is null), holding no more memory
-    than they need. The file's first pages only are decoded: a dataset scan decodes a whole row
-    group first, about ten times slower on SSB's wide files."""
-    with filesystem.open_input_file(path) as source:
-        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
-        present = [f.name for f in schema if f.name in parquet.schema_arrow.names]
-        batch = next(parquet.iter_batches(batch_size=rows, columns=present), None) if rows > 0 else None
-    n = 0 if batch is None else batch.num_rows  # at most ``rows``: the batch size
-    columns = [batch.column(f.name).cast(f.type) if batch is not None and f.name in present else pa.nulls(n, f.type)
-               for f in schema]  # fmt: skip
-    return _copied(pa.Table.from_arrays(columns, schema=schema))
-
-
-def _copied(table: pa.Table) -> pa.Table:
-    """``table`` in buffers of its own: a slice of a larger batch keeps the whole batch alive."""
-    return table.take(pa.array(np.arange(table.num_rows, dtype=np.int64)))

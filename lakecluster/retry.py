@@ -25,7 +25,8 @@ Kind = Literal["transient", "fatal", "unknown"]
 
 _FATAL = re.compile(
     "|".join([
-        r"ConfigError", r"SchemaMismatchError", r"CheckpointError", r"LeaseHeldError", r"TableNotFoundError",
+        r"ConfigError", r"SchemaMismatchError", r"UnsupportedTableError", r"CheckpointError", r"LeaseHeldError",
+        r"TableNotFoundError",
         r"AnalysisException", r"DELTA_SCHEMA_", r"DELTA_FAILED_TO_MERGE_FIELDS", r"DELTA_NOT_NULL_",
         r"NOT_NULL_CONSTRAINT", r"DELTA_VIOLATE_CONSTRAINT", r"Some data may have been lost", r"failOnDataLoss",
         r"DataLossError",

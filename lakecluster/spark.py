@@ -5,22 +5,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from lakecluster import faults, jars, progress
 from lakecluster.class_archive import ClassArchive, chosen_by_user, keep_at_exit
 from lakecluster.config import SparkConfig, StorageConfig
-from lakecluster.schema import ColumnSpec, spark_ddl
 from lakecluster.storage import hadoop_conf
-from lakecluster.uris import data_file
 
 log = logging.getLogger(__name__)
 LOG4J_CONFIG = Path(__file__).parent / "jvm" / "log4j2.properties"
@@ -59,19 +56,6 @@ BASE_CONF = {
     # on 2 cores a vacuum of a small table took 26-54 s, 5 s with 16.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "16",
 }
-
-
-_GLOB = re.compile(r"([\\\[\]{}*?])")
-
-
-def read_data_files(spark: SparkSession, base: str, add_paths: Sequence[str],
-                    columns: Sequence[ColumnSpec]) -> DataFrame:  # fmt: skip
-    """The data files of Delta add paths under the table root ``base``, read with ``columns``.
-
-    Spark takes the paths it is given as glob patterns: the decoded paths have theirs escaped.
-    """
-    files = [_GLOB.sub(r"\\\1", data_file(base, p)) for p in add_paths]
-    return spark.read.schema(spark_ddl(tuple(columns))).parquet(*files)
 
 
 def session_conf(config: SparkConfig, storage: StorageConfig, *, s3: bool) -> dict[str, str]:

@@ -179,6 +179,10 @@ class CompactionConfig:
     # 0: off. Else a partition is re-clustered into one run once its bytes outside its largest run
     # reach this share of that run's (planner.py).
     main_run_merge_ratio: float = 0.0
+    # Files whose deletion vector deletes at least this share of their rows are rewritten without
+    # those rows, whatever their run (as Delta's REORG TABLE ... APPLY (PURGE)).
+    purge_deletion_vectors: bool = True
+    purge_deleted_share: float = 0.05
     stop_timeout_s: float = 10.0
     # The layout chosen from the captured workload (docs/tuning.md, "The layout loop").
     auto_layout: Literal["off", "advise", "apply"] = "advise"

@@ -194,6 +194,9 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         raise ConfigError("compaction.local_rewrite_max_bytes", f"must be >= 0, got {c.local_rewrite_max_bytes}")
     if c.merge_fanout < 2:
         raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
+    if not 0 < c.purge_deleted_share <= 1:
+        raise ConfigError("compaction.purge_deleted_share", "must be > 0 and <= 1 (the share of a file's rows its "
+                          f"deletion vector deletes before the file is purged), got {c.purge_deleted_share:g}")
     if c.main_run_merge_ratio < 0:
         raise ConfigError("compaction.main_run_merge_ratio", "must be >= 0 (0: off; 0.5: a partition is merged into "
                           f"its main run when half its bytes are outside it), got {c.main_run_merge_ratio:g}")

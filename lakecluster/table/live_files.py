@@ -1,7 +1,7 @@
 """The table's live files, kept current from the log's new commits (one view per table handle).
 
 Read once from the whole snapshot (the last checkpoint, only the columns needed, and the commits
-after it: ``snapshot.py``; delta-rs for logs that reader does not read), then brought forward by applying
+after it: ``DeltaLocation.read_live_adds``), then brought forward by applying
 the JSON commits after its version (``log.py``): a round costs the new commits plus a few
 vectorised passes over the file table, never a second read of the snapshot. A commit that is gone
 (log cleanup after a checkpoint) or that changes the table's metadata means one full read again.
@@ -10,7 +10,9 @@ Each refresh is also kept as a :class:`Change` (the rows that left and came) in 
 view kept beside this one (``depth.py``'s clustering depth) follows the same commits without
 reading the whole file table again.
 
-One row per live file: ``path``, ``size``, ``rows``, ``partition.<p>`` (the partition value as
+One row per live file: ``path``, ``size``, ``rows`` (its live rows: the stats' ``numRecords`` less
+the rows its deletion vector deletes), ``deletion_vector`` (its descriptor, null for none: a file's
+identity is its path and this; ``deletion_vectors.py``), ``partition.<p>`` (the partition value as
 text), ``generation``, ``run`` and ``layout`` (from the file name, see ``planner.file_run``; ``layout``
 is the fingerprint of the clustering layout a compaction wrote the file under, ``layout.layout_fingerprint``,
 null for other files), and ``min.<c>``, ``max.<c>`` of the clustering columns (null when the file
@@ -32,10 +34,11 @@ import pyarrow.compute as pc
 
 from lakecluster.log_stats import partition_array
 from lakecluster.schema import ColumnSpec, arrow_type
+from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, cardinalities, descriptors
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
 from lakecluster.table.metadata import table_properties
-from lakecluster.table.snapshot import Unsupported, parse_stats
+from lakecluster.table.snapshot import Metadata, parse_stats
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,7 @@ class LiveFiles:
         self.version = -1
         self.table = self._empty()
         self.configuration: dict[str, str] = {}  # the table's properties (a change is a full read)
+        self.metadata = Metadata(-1, '{"type":"struct","fields":[]}', (), {})  # schema and partitioning, likewise
         self.full_reads = 0  # how often the whole snapshot was read (once, unless the log had a gap)
         self._changes: deque[Change] = deque()  # the newest refreshes, for views kept beside this one
         self._lock = threading.Lock()  # the compactor's rounds and the table monitor share one view
@@ -84,12 +88,7 @@ class LiveFiles:
             return self._refresh(), self.table
 
     def _schema(self) -> pa.Schema:
-        fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("rows", pa.int64())]
-        fields += [pa.field(f"partition.{p.name}", pa.string()) for p in self.partition_by]
-        fields += [pa.field("generation", pa.int32()), pa.field("run", pa.string()), pa.field("layout", pa.string())]
-        for c in self.stats_columns:
-            fields += [pa.field(f"min.{c.name}", arrow_type(c)), pa.field(f"max.{c.name}", arrow_type(c))]
-        return pa.schema(fields)
+        return _rows_schema(self.partition_by, self.stats_columns)
 
     def _empty(self) -> pa.Table:
         return self._schema().empty_table()
@@ -144,45 +143,18 @@ class LiveFiles:
         return self.version
 
     def _read_snapshot(self, reason: str) -> int:
-        try:
-            live = self.location.live_adds(self.partition_by, self.stats_columns)
-            actions, configuration, version = live.actions, live.metadata.configuration, live.metadata.version
-        except (Unsupported, LogGap) as e:  # a log this reader does not read: delta-rs reads the snapshot
-            log.debug("live files of %s read through delta-rs (%s)", self.location.uri, e)
-            table = self.location.open()
-            actions, configuration = pa.table(table.get_add_actions(flatten=True)), table.metadata().configuration
-            version = table.version()
-        self.table = self._from_actions(actions)
-        self.configuration = table_properties(configuration)
-        self.version = version
+        live = self.location.read_live_adds(self.partition_by, self.stats_columns)
+        self.table = live_file_rows(live.actions, self.partition_by, self.stats_columns)
+        self.configuration = table_properties(live.metadata.configuration)
+        self.metadata = live.metadata
+        self.version = live.metadata.version
         self.full_reads += 1
         self._changes.clear()
         log.debug("live files of %s read from the snapshot at version %d (%s): %d files", self.location.uri,
                   self.version, reason, self.table.num_rows)  # fmt: skip
         return self.version
 
-    # -- the two sources ----------------------------------------------------------------------
-
-    def _from_actions(self, actions: pa.Table) -> pa.Table:
-        """Rows from delta-rs's flattened add actions (typed stats and partition values)."""
-        n = actions.num_rows
-        names = set(actions.column_names)
-        cols: dict[str, pa.Array | pa.ChunkedArray] = {
-            "path": actions["path"].cast(pa.string()),
-            "size": actions["size_bytes"].cast(pa.int64()),
-            "rows": actions["num_records"].cast(pa.int64()) if "num_records" in names else pa.nulls(n, pa.int64()),
-        }
-        for p in self.partition_by:
-            key = f"partition.{p.name}"
-            # Text as str() gives it, the same for typed values from delta-rs and the log's text.
-            values = actions[key].to_pylist() if key in names else [None] * n
-            cols[key] = pa.array([None if v is None else str(v) for v in values], pa.string())
-        cols.update(_runs(cols["path"]))
-        for c in self.stats_columns:
-            for bound in ("min", "max"):
-                key = f"{bound}.{c.name}"
-                cols[key] = actions[key].cast(arrow_type(c)) if key in names else pa.nulls(n, arrow_type(c))
-        return pa.table(cols, schema=self._schema())
+    # -- the commits after it -----------------------------------------------------------------
 
     def _rows_of(self, adds: list[dict]) -> pa.Table:
         """Rows from ``add`` actions read from the JSON commits (stats as JSON text)."""
@@ -190,10 +162,12 @@ class LiveFiles:
             return self._empty()
         stats = parse_stats(pa.array([a.get("stats") for a in adds], pa.string()), self.stats_columns, False)
         paths = pa.array([a["path"] for a in adds], pa.string())
+        vectors = descriptors([a.get("deletionVector") for a in adds])
         cols: dict[str, pa.Array] = {
             "path": paths,
             "size": pa.array([int(a.get("size") or 0) for a in adds], pa.int64()),
-            "rows": stats["num_records"],
+            "rows": pc.subtract(stats["num_records"], cardinalities(vectors)),
+            "deletion_vector": vectors,
         }
         for p in self.partition_by:
             typed = partition_array(p, [(a.get("partitionValues") or {}).get(p.name) for a in adds])
@@ -204,6 +178,44 @@ class LiveFiles:
             for bound in ("min", "max"):
                 cols[f"{bound}.{c.name}"] = stats[f"{bound}.{c.name}"]
         return pa.table(cols, schema=self._schema())
+
+
+def _rows_schema(partition_by: Sequence[ColumnSpec], stats_columns: Sequence[ColumnSpec]) -> pa.Schema:
+    fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("rows", pa.int64()),
+              pa.field("deletion_vector", DESCRIPTOR_TYPE)]  # fmt: skip
+    fields += [pa.field(f"partition.{p.name}", pa.string()) for p in partition_by]
+    fields += [pa.field("generation", pa.int32()), pa.field("run", pa.string()), pa.field("layout", pa.string())]
+    for c in stats_columns:
+        fields += [pa.field(f"min.{c.name}", arrow_type(c)), pa.field(f"max.{c.name}", arrow_type(c))]
+    return pa.schema(fields)
+
+
+def live_file_rows(actions: pa.Table, partition_by: Sequence[ColumnSpec],
+                   stats_columns: Sequence[ColumnSpec]) -> pa.Table:  # fmt: skip
+    """The live files' rows (this module's columns) of a snapshot's add actions as
+    ``snapshot.read_live_adds`` reads them (typed stats and partition values)."""
+    n = actions.num_rows
+    names = set(actions.column_names)
+    vectors = actions["deletion_vector"].cast(DESCRIPTOR_TYPE) if "deletion_vector" in names else \
+        pa.nulls(n, DESCRIPTOR_TYPE)  # fmt: skip
+    records = actions["num_records"].cast(pa.int64()) if "num_records" in names else pa.nulls(n, pa.int64())
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {
+        "path": actions["path"].cast(pa.string()),
+        "size": actions["size_bytes"].cast(pa.int64()),
+        "rows": pc.subtract(records, cardinalities(vectors)),
+        "deletion_vector": vectors,
+    }
+    for p in partition_by:
+        key = f"partition.{p.name}"
+        # Text as str() gives it, the same for typed values from the snapshot and the log's text.
+        values = actions[key].to_pylist() if key in names else [None] * n
+        cols[key] = pa.array([None if v is None else str(v) for v in values], pa.string())
+    cols.update(_runs(cols["path"]))
+    for c in stats_columns:
+        for bound in ("min", "max"):
+            key = f"{bound}.{c.name}"
+            cols[key] = actions[key].cast(arrow_type(c)) if key in names else pa.nulls(n, arrow_type(c))
+    return pa.table(cols, schema=_rows_schema(partition_by, stats_columns))
 
 
 def _runs(paths: pa.Array | pa.ChunkedArray) -> dict[str, pa.Array]:

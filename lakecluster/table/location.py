@@ -22,7 +22,7 @@ from deltalake.exceptions import TableNotFoundError as DeltaRsTableNotFound
 
 from lakecluster import storage
 from lakecluster.config import StorageConfig
-from lakecluster.errors import TableNotFoundError, TableNotWritableError
+from lakecluster.errors import TableNotFoundError, TableNotWritableError, UnsupportedTableError
 from lakecluster.schema import ColumnSpec
 from lakecluster.table import log, snapshot
 from lakecluster.table.metadata import parse_user_metadata
@@ -117,6 +117,39 @@ class DeltaLocation:
             LogGap: a commit after the checkpoint is missing.
         """
         return snapshot.read_live_adds(self.fs, self.log_dir, partition_by, stats, null_counts=null_counts)
+
+    def read_live_adds(self, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec], *,
+                       null_counts: bool = False) -> snapshot.LiveAdds:  # fmt: skip
+        """:meth:`live_adds`, or delta-rs's snapshot for a log that reader does not read (a
+        checkpoint ``_last_checkpoint`` names gone, a commit gone after it).
+
+        Raises:
+            TableNotFoundError: there is no table.
+            UnsupportedTableError: neither reads the table right (delta-rs's add actions carry no
+                deletion vectors and name stats as the log does, by physical names under column mapping).
+        """
+        try:
+            return self.live_adds(partition_by, stats, null_counts=null_counts)
+        except (snapshot.Unsupported, log.LogGap) as e:
+            reason = str(e)
+        table = self.open()
+        meta = table.metadata()
+        protocol = table.protocol()
+        readers, writers = snapshot.protocol_features({
+            "minReaderVersion": protocol.min_reader_version, "minWriterVersion": protocol.min_writer_version,
+            "readerFeatures": protocol.reader_features, "writerFeatures": protocol.writer_features})  # fmt: skip
+        if "deletionVectors" in readers or meta.configuration.get("delta.columnMapping.mode", "none") != "none":
+            raise UnsupportedTableError(f"the log of {self.uri} could not be read ({reason}), and delta-rs does not "
+                                        "read its deletion vectors or column mapping right")  # fmt: skip
+        actions = pa.table(table.get_add_actions(flatten=True))
+        wanted = {f"partition.{c.name}" for c in partition_by}
+        kinds = ("min", "max", "null_count") if null_counts else ("min", "max")
+        wanted |= {f"{kind}.{c.name}" for c in stats for kind in kinds}
+        kept = ["path", "size_bytes", "num_records", *(n for n in actions.column_names if n in wanted)]
+        found = snapshot.Metadata(table.version(), table.schema().to_json(), tuple(meta.partition_columns),
+                                  dict(meta.configuration), readers, writers)  # fmt: skip
+        snapshot.readable(found, self.uri)
+        return snapshot.LiveAdds(found, actions.select([n for n in kept if n in actions.column_names]))
 
     def metadata(self) -> snapshot.Metadata:
         """The latest schema, partitioning and properties, read from the log without delta-rs.

@@ -32,6 +32,11 @@ def read_commit(fs: Any, log_dir: str, version: int) -> list[dict] | None:
             text = f.read().decode()
     except FileNotFoundError:
         return None
+    return json_lines(text)
+
+
+def json_lines(text: str) -> list[dict]:
+    """The actions of newline-delimited JSON (a commit, a JSON checkpoint)."""
     # Lines end at "\n" only: str.splitlines() also breaks at U+2028, U+0085, ..., which Delta
     # writers leave unescaped inside strings (stats, partition values, user metadata).
     return [json.loads(line) for line in text.split("\n") if line.strip()]
@@ -117,10 +122,18 @@ def commits_after(fs: Any, log_dir: str, version: int) -> list[list[dict]]:
 
 @dataclass(frozen=True)
 class NetChanges:
-    """Files added and removed by several commits taken together (a later action on a path wins)."""
+    """Files added and removed by several commits taken together, one entry per path.
 
-    added: dict[str, dict]  # path -> its add action
-    removed: dict[str, dict]  # path -> its remove action
+    A logical file is its path and its deletion vector (``deletionVector``): a ``DELETE`` that
+    writes deletion vectors removes ``(path, old vector)`` and adds ``(path, new vector)`` in one
+    commit, in either order. The actions of one commit are a set, so each commit's removes are
+    applied before its adds: the path is then live with its new vector (its add action, the
+    vector in it), as Delta's own reconciliation keyed by (path, vector id) has it. Across commits
+    a later action on a path wins.
+    """
+
+    added: dict[str, dict]  # path -> the add action live at the end
+    removed: dict[str, dict]  # path -> its remove action, for paths no longer live at the end
 
     @classmethod
     def of(cls, commits: list[list[dict]]) -> NetChanges:
@@ -128,17 +141,18 @@ class NetChanges:
         added: dict[str, dict] = {}
         removed: dict[str, dict] = {}
         for actions in commits:
+            if any("metaData" in action for action in actions):
+                raise LogGap("a commit changed the table's metadata")
             for action in actions:
-                if "metaData" in action:
-                    raise LogGap("a commit changed the table's metadata")
+                if "remove" in action:
+                    path = action["remove"]["path"]
+                    added.pop(path, None)
+                    removed[path] = action["remove"]
+            for action in actions:
                 if "add" in action:
                     path = action["add"]["path"]
                     added[path] = action["add"]
                     removed.pop(path, None)
-                elif "remove" in action:
-                    path = action["remove"]["path"]
-                    added.pop(path, None)
-                    removed[path] = action["remove"]
         return cls(added, removed)
 
 

@@ -11,17 +11,25 @@ the log's stats everywhere else: the result is the same either way, unreadable b
 
 The result has the columns of delta-rs's flattened add actions that lakecluster uses (``path``,
 ``size_bytes``, ``num_records``, ``partition.<p>``, ``null_count.<c>``, ``min.<c>``, ``max.<c>``),
-typed as the table's columns. What this does not read (V2 checkpoints with sidecars, tables with
-column mapping) raises :class:`Unsupported`: the caller reads through delta-rs instead.
+typed as the table's columns, and each file's ``deletion_vector`` descriptor (null for none:
+``deletion_vectors.py``). ``num_records`` is the file's, as its stats say; the rows a deletion
+vector deletes are still in it.
+
+Checkpoints are read in every form the protocol has: classic (one file or several parts) and V2
+(UUID-named, JSON or Parquet, its file actions in sidecar files or in itself). Under column mapping
+the log keys stats and partition values by the columns' physical names: they are looked up by
+those and handed back under the names the caller asked for. What this still does not read (a
+checkpoint ``_last_checkpoint`` names but that is gone) raises :class:`Unsupported`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -29,9 +37,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from lakecluster.errors import UnsupportedTableError
 from lakecluster.log_stats import partition_array, typed_stat
 from lakecluster.schema import ColumnSpec, arrow_type
-from lakecluster.table.log import NetChanges, commits_after, first_action
+from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, descriptors
+from lakecluster.table.log import NetChanges, commits_after, first_action, json_lines
 
 BATCH_ROWS = 65_536
 
@@ -40,14 +50,53 @@ class Unsupported(Exception):
     """The log holds something this reader does not read (the caller falls back to delta-rs)."""
 
 
+# Reader features this reader reads right (a table with another is refused: ``readable``).
+READER_FEATURES = frozenset({
+    "columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "typeWidening", "typeWidening-preview",
+    "vacuumProtocolCheck",
+})  # fmt: skip
+# The features the legacy protocol versions imply (before table features: reader 3, writer 7).
+_LEGACY_READER = {2: {"columnMapping"}}
+_LEGACY_WRITER = {2: {"appendOnly", "invariants"}, 3: {"checkConstraints"}, 4: {"changeDataFeed", "generatedColumns"},
+                  5: {"columnMapping"}, 6: {"identityColumns"}}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Metadata:
-    """The table's metadata at ``version`` (from the log: no data file is read)."""
+    """The table's metadata and protocol at ``version`` (from the log: no data file is read)."""
 
     version: int
     schema_string: str
     partition_columns: tuple[str, ...]
     configuration: dict[str, str]
+    reader_features: frozenset[str] = frozenset()  # every feature the protocol names or implies
+    writer_features: frozenset[str] = frozenset()
+
+
+def protocol_features(protocol: dict | None) -> tuple[frozenset[str], frozenset[str]]:
+    """(reader features, writer features) of a ``protocol`` action, the legacy versions' included."""
+    if not protocol:
+        return frozenset(), frozenset()
+    reader, writer = int(protocol.get("minReaderVersion") or 1), int(protocol.get("minWriterVersion") or 1)
+    readers = set(protocol.get("readerFeatures") or ()) if reader >= 3 else set()
+    writers = set(protocol.get("writerFeatures") or ()) if writer >= 7 else set()
+    for version, implied in _LEGACY_READER.items():
+        readers |= implied if reader >= version and reader < 3 else set()
+    for version, implied in _LEGACY_WRITER.items():
+        writers |= implied if writer >= version and writer < 7 else set()
+    return frozenset(readers), frozenset(writers)
+
+
+def readable(metadata: Metadata, location: str) -> None:
+    """Refuse a table whose reader features this reader does not read right.
+
+    Raises:
+        UnsupportedTableError: naming the feature.
+    """
+    if unknown := sorted(metadata.reader_features - READER_FEATURES):
+        raise UnsupportedTableError(
+            f"{location} uses the Delta reader feature(s) {', '.join(unknown)}, which lakecluster does not read; "
+            f"it reads tables with {', '.join(sorted(READER_FEATURES))}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -63,7 +112,8 @@ def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], st
     """The live files with ``stats``' min and max (and null counts), read from the log.
 
     Raises:
-        Unsupported: a V2 checkpoint, or a checkpoint named by ``_last_checkpoint`` that is missing.
+        Unsupported: a checkpoint named by ``_last_checkpoint`` (or one of its parts or sidecars)
+            is missing, or the log cannot be parsed.
         LogGap: a commit after the checkpoint is missing.
     """
     try:
@@ -72,16 +122,29 @@ def read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], st
         raise Unsupported(f"the log could not be read this way: {e}") from e
 
 
+def physical_names(metadata: Metadata) -> dict[str, str]:
+    """Each top-level column's physical name under column mapping (its own name without it)."""
+    fields = json.loads(metadata.schema_string).get("fields", [])
+    if metadata.configuration.get("delta.columnMapping.mode", "none") == "none":
+        return {f["name"]: f["name"] for f in fields}
+    return {f["name"]: (f.get("metadata") or {}).get("delta.columnMapping.physicalName", f["name"]) for f in fields}
+
+
 def _read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec],
                     null_counts: bool, batch_rows: int) -> LiveAdds:  # fmt: skip
-    parts, commits, metadata = _log_state(fs, log_dir)
-    if metadata.configuration.get("delta.columnMapping.mode", "none") != "none":
-        # stats and partition values are keyed by physical column names there
-        raise Unsupported("the table uses column mapping")
-    changes = _net_changes(commits)
+    checkpoint, commits, metadata = _log_state(fs, log_dir)
+    # The log keys partition values and stats by physical names: read those, name the result as asked.
+    physical = physical_names(metadata)
+    as_logged = {c.name: physical.get(c.name, c.name) for c in (*partition_by, *stats)}
+    logical = {f"partition.{as_logged[c.name]}": f"partition.{c.name}" for c in partition_by}
+    logical.update({f"{kind}.{as_logged[c.name]}": f"{kind}.{c.name}" for c in stats
+                    for kind in ("min", "max", "null_count")})  # fmt: skip
+    partition_by = [replace(c, name=as_logged[c.name]) for c in partition_by]
+    stats = [replace(c, name=as_logged[c.name]) for c in stats]
+    changes = _net_changes([checkpoint.json_files, *commits])
     replaced = pa.array(list({*changes.added, *changes.removed}), pa.string())
     pieces = []
-    for batch, parsed in _checkpoint_adds(fs, log_dir, parts, stats, null_counts, batch_rows):
+    for batch, parsed in _checkpoint_adds(fs, log_dir, checkpoint.parts, stats, null_counts, batch_rows):
         if len(replaced):
             kept = pc.invert(pc.is_in(batch["path"], value_set=replaced))
             batch = batch.filter(kept)
@@ -93,11 +156,12 @@ def _read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], s
                          "size": pa.array([int(a.get("size") or 0) for a in added], pa.int64()),
                          "partitionValues": pa.array([list((a.get("partitionValues") or {}).items()) for a in added],
                                                      pa.map_(pa.string(), pa.string())),
-                         "stats": pa.array([a.get("stats") for a in added], pa.string())})  # fmt: skip
+                         "stats": pa.array([a.get("stats") for a in added], pa.string()),
+                         "deletionVector": descriptors([a.get("deletionVector") for a in added])})  # fmt: skip
         pieces.append(_flatten(rows, partition_by, stats, null_counts))
     schema = _schema(partition_by, stats, null_counts)
     actions = pa.concat_tables([p.cast(schema) for p in pieces]) if pieces else schema.empty_table()
-    return LiveAdds(metadata, actions)
+    return LiveAdds(metadata, actions.rename_columns([logical.get(n, n) for n in actions.column_names]))
 
 
 def read_metadata(fs: Any, log_dir: str) -> Metadata:
@@ -126,8 +190,11 @@ def read_table_id(fs: Any, log_dir: str) -> str:
         first = first_action(fs, log_dir, 0, "metaData")
         if first is not None and isinstance(first.get("id"), str):
             return first["id"]
-        checkpoint, parts = _last_checkpoint(fs, log_dir)
-        for name in parts:
+        checkpoint = last_checkpoint(fs, log_dir)
+        for action in checkpoint.actions:
+            if isinstance(action.get("metaData"), dict) and isinstance(action["metaData"].get("id"), str):
+                return str(action["metaData"]["id"])
+        for name in checkpoint.top:
             pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
             md = pf.metadata
             at = [i for i in range(md.num_columns) if md.schema.column(i).path == "metaData.id"]
@@ -141,44 +208,97 @@ def read_table_id(fs: Any, log_dir: str) -> str:
                     return str(ids[0].as_py())
     except (KeyError, TypeError, ValueError, pa.ArrowException) as e:
         raise Unsupported(f"the table id could not be read this way: {e}") from e
-    where = f"checkpoint {checkpoint}" if parts else "no checkpoint"
+    where = f"checkpoint {checkpoint.version}" if checkpoint.version >= 0 else "no checkpoint"
     raise Unsupported(f"no table id in the first commit (gone, or without one) nor the last checkpoint ({where})")
 
 
-def _log_state(fs: Any, log_dir: str) -> tuple[list[str], list[list[dict]], Metadata]:
-    """The last checkpoint's files, the commits after it, and the metadata at the latest version."""
-    checkpoint, parts = _last_checkpoint(fs, log_dir)
-    commits = commits_after(fs, log_dir, checkpoint)
-    meta = _metadata(fs, log_dir, checkpoint, parts, commits)
-    return parts, commits, Metadata(checkpoint + len(commits), meta["schemaString"],
-                                    tuple(meta.get("partitionColumns") or ()), dict(meta.get("configuration") or {}))
+@dataclass(frozen=True)
+class Checkpoint:
+    """The files of a table's last checkpoint (names relative to ``_delta_log``)."""
+
+    version: int  # -1: the table has none
+    top: tuple[str, ...] = ()  # Parquet files holding its other actions (metaData, protocol...)
+    parts: tuple[str, ...] = ()  # Parquet files holding its add actions: the parts, its sidecars, or itself
+    actions: tuple[dict, ...] = ()  # a JSON (V2) checkpoint's actions, read whole
+
+    @property
+    def json_files(self) -> list[dict]:
+        """The add and remove actions a JSON checkpoint holds itself (none when its files are in sidecars)."""
+        return [a for a in self.actions if "add" in a or "remove" in a]
 
 
-def _last_checkpoint(fs: Any, log_dir: str) -> tuple[int, list[str]]:
-    """(version of the last checkpoint, its file names); (-1, []) when there is none."""
+def _log_state(fs: Any, log_dir: str) -> tuple[Checkpoint, list[list[dict]], Metadata]:
+    """The last checkpoint, the commits after it, and the metadata at the latest version.
+
+    Raises:
+        UnsupportedTableError: the table has a reader feature this reader does not read.
+    """
+    checkpoint = last_checkpoint(fs, log_dir)
+    commits = commits_after(fs, log_dir, checkpoint.version)
+    meta = _latest(fs, log_dir, checkpoint, commits, "metaData")
+    readers, writers = protocol_features(_latest(fs, log_dir, checkpoint, commits, "protocol"))
+    found = Metadata(checkpoint.version + len(commits), meta["schemaString"], tuple(meta.get("partitionColumns") or ()),
+                     dict(meta.get("configuration") or {}), readers, writers)  # fmt: skip
+    readable(found, log_dir.rsplit("/_delta_log", 1)[0])
+    return checkpoint, commits, found
+
+
+def last_checkpoint(fs: Any, log_dir: str) -> Checkpoint:
+    """The checkpoint ``_last_checkpoint`` names, in whichever form it was written.
+
+    Raises:
+        Unsupported: a file of it is missing.
+    """
     try:
         with fs.open_input_stream(f"{log_dir}/_last_checkpoint") as f:
             info = json.loads(f.read())
     except FileNotFoundError:
-        return -1, []
-    if info.get("v2Checkpoint") is not None:
-        raise Unsupported("a V2 checkpoint")
+        return Checkpoint(-1)
     version = int(info["version"])
+    v2 = info.get("v2Checkpoint")
+    if isinstance(v2, dict):  # a UUID-named V2 checkpoint: JSON or Parquet
+        name = str(v2["path"]).rsplit("/", 1)[-1]
+        _require(fs, log_dir, [name], version)
+        if name.endswith(".json"):
+            with fs.open_input_stream(f"{log_dir}/{name}") as f:
+                actions = tuple(json_lines(f.read().decode()))
+            sidecars = [a["sidecar"] for a in actions if "sidecar" in a]
+            return Checkpoint(version, (), _sidecar_files(fs, log_dir, sidecars, version), actions)
+        return _parquet_checkpoint(fs, log_dir, version, [name])
     parts = int(info.get("parts") or 0)
     if parts:
         names = [f"{version:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
     else:
         names = [f"{version:020d}.checkpoint.parquet"]
+    _require(fs, log_dir, names, version)
+    return _parquet_checkpoint(fs, log_dir, version, names)
+
+
+def _require(fs: Any, log_dir: str, names: Sequence[str], version: int) -> None:
     infos = fs.get_file_info([f"{log_dir}/{n}" for n in names])
-    if not all(i.is_file for i in infos):
-        raise Unsupported(f"checkpoint {version} is not classic Parquet ({names[0]} missing)")
-    for name in names:  # a V2 checkpoint may have a classic name: its files are in sidecars
+    missing = [n for n, i in zip(names, infos, strict=True) if not i.is_file]
+    if missing:
+        raise Unsupported(f"checkpoint {version} named by _last_checkpoint is missing {missing[0]}")
+
+
+def _parquet_checkpoint(fs: Any, log_dir: str, version: int, names: list[str]) -> Checkpoint:
+    """A Parquet checkpoint: its add actions in itself, or (V2, also under a classic name) in sidecars."""
+    sidecars: list[dict] = []
+    for name in names:
         pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
         if "sidecar" in pf.schema_arrow.names and not _all_null(pf, "sidecar.path"):
-            sidecars = pf.read(columns=["sidecar"]).column("sidecar")
-            if sidecars.null_count < len(sidecars):
-                raise Unsupported(f"checkpoint {version} keeps its files in sidecars")
-    return version, names
+            column = pf.read(columns=["sidecar"]).column("sidecar")
+            sidecars += [s for s in column.to_pylist() if s is not None]
+    if sidecars:
+        return Checkpoint(version, tuple(names), _sidecar_files(fs, log_dir, sidecars, version))
+    return Checkpoint(version, tuple(names), tuple(names))
+
+
+def _sidecar_files(fs: Any, log_dir: str, sidecars: Sequence[dict], version: int) -> tuple[str, ...]:
+    """The sidecar files' names relative to ``_delta_log`` (they all live in ``_delta_log/_sidecars``)."""
+    names = [f"_sidecars/{unquote(str(s['path'])).rsplit('/', 1)[-1]}" for s in sidecars]
+    _require(fs, log_dir, names, version)
+    return tuple(names)
 
 
 def _all_null(pf: pq.ParquetFile, leaf: str) -> bool:
@@ -196,21 +316,28 @@ def _all_null(pf: pq.ParquetFile, leaf: str) -> bool:
     return True
 
 
-def _metadata(fs: Any, log_dir: str, checkpoint: int, parts: list[str], commits: list[list[dict]]) -> dict:
-    for actions in reversed(commits):
+def _latest(fs: Any, log_dir: str, checkpoint: Checkpoint, commits: list[list[dict]], kind: str) -> dict:
+    """The newest action of ``kind`` (``metaData``, ``protocol``): from the commits after the
+    checkpoint, else the checkpoint's (only that column of its Parquet files is read)."""
+    for actions in [*reversed(commits), checkpoint.actions]:
         for action in actions:
-            if "metaData" in action:
-                return dict(action["metaData"])
-    for name in parts:
+            if kind in action:
+                return dict(action[kind])
+    for name in checkpoint.top:
         pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
-        for batch in pf.iter_batches(columns=["metaData"]):
-            meta = batch.column("metaData")
-            found = meta.filter(pc.is_valid(meta))
+        if kind not in pf.schema_arrow.names:
+            continue
+        for batch in pf.iter_batches(columns=[kind]):
+            column = batch.column(kind)
+            found = column.filter(pc.is_valid(column))
             if len(found):
                 raw = found[0].as_py()
-                raw["configuration"] = dict(raw.get("configuration") or [])
+                if "configuration" in raw:
+                    raw["configuration"] = dict(raw.get("configuration") or [])
                 return dict(raw)
-    raise Unsupported(f"no metaData action up to version {checkpoint + len(commits)}")
+    if kind == "protocol":
+        return {}
+    raise Unsupported(f"no {kind} action up to version {checkpoint.version + len(commits)}")
 
 
 def _net_changes(commits: list[list[dict]]) -> NetChanges:
@@ -219,9 +346,9 @@ def _net_changes(commits: list[list[dict]]) -> NetChanges:
     return NetChanges.of([[a for a in actions if "metaData" not in a] for actions in commits])
 
 
-def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[ColumnSpec], null_counts: bool,
+def _checkpoint_adds(fs: Any, log_dir: str, parts: Sequence[str], stats: Sequence[ColumnSpec], null_counts: bool,
                      batch_rows: int) -> Iterator[tuple[pa.Table, dict[str, pa.Array] | None]]:  # fmt: skip
-    """Batches of the checkpoint's add actions (path, size, partitionValues), each with its
+    """Batches of the checkpoint's add actions (path, size, partitionValues, deletionVector), each with its
     stats: typed from ``stats_parsed`` when the checkpoint has it (Delta-Spark writes it by
     default, delta-rs with ``delta.checkpoint.writeStatsAsStruct``), reading only the requested
     columns' fields; else None and the batch has the JSON ``stats`` column."""
@@ -230,6 +357,9 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[Co
         add_type = pf.schema_arrow.field("add").type
         parsed_type = _field(add_type, "stats_parsed")
         columns = ["add.path", "add.size", "add.partitionValues"]
+        has_vectors = _field(add_type, "deletionVector") is not None
+        if has_vectors:
+            columns.append("add.deletionVector")
         # Columns whose stats the structs lack are read from the JSON text (Delta-Spark and
         # delta-rs keep no boolean bounds in their structs, though the text may have them).
         from_text = list(stats) if parsed_type is None else _not_in(parsed_type, stats, null_counts)
@@ -247,6 +377,9 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: list[str], stats: Sequence[Co
             if not len(add):
                 continue
             rows = pa.table({k: pc.struct_field(add, k) for k in ("path", "size", "partitionValues")})
+            vectors = pc.struct_field(add, "deletionVector").cast(DESCRIPTOR_TYPE) if has_vectors else \
+                pa.nulls(len(add), DESCRIPTOR_TYPE)  # fmt: skip
+            rows = rows.append_column("deletionVector", vectors)
             if parsed_type is None:
                 yield rows.append_column("stats", pc.struct_field(add, "stats")), None
                 continue
@@ -326,13 +459,14 @@ def _schema(partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec], nul
         if null_counts:
             fields.append(pa.field(f"null_count.{c.name}", pa.int64()))
         fields += [pa.field(f"min.{c.name}", arrow_type(c)), pa.field(f"max.{c.name}", arrow_type(c))]
+    fields.append(pa.field("deletion_vector", DESCRIPTOR_TYPE))
     return pa.schema(fields)
 
 
 def _flatten(rows: pa.Table, partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec], null_counts: bool,
              parsed: dict[str, pa.Array] | None = None) -> pa.Table:  # fmt: skip
-    """path, size, partitionValues and the stats (JSON ``stats``, or already ``parsed``) -> the
-    flattened columns, typed."""
+    """path, size, partitionValues, the stats (JSON ``stats``, or already ``parsed``) and the
+    deletion vector (``deletionVector``, when the rows have one) -> the flattened columns, typed."""
     n = rows.num_rows
     out: dict[str, pa.Array] = {"path": rows["path"].combine_chunks().cast(pa.string()),
                                 "size_bytes": rows["size"].combine_chunks().cast(pa.int64())}  # fmt: skip
@@ -346,6 +480,8 @@ def _flatten(rows: pa.Table, partition_by: Sequence[ColumnSpec], stats: Sequence
         text = pc.map_lookup(values, pa.scalar(p.name, pa.string()), "first") if n else pa.array([], pa.string())
         out[f"partition.{p.name}"] = partition_array(p, text.to_pylist()) if n else pa.array([], arrow_type(p))
     out.update(parsed)
+    out["deletion_vector"] = rows["deletionVector"].combine_chunks().cast(DESCRIPTOR_TYPE) \
+        if "deletionVector" in rows.column_names else pa.nulls(n, DESCRIPTOR_TYPE)  # fmt: skip
     return pa.table(out, schema=_schema(partition_by, stats, null_counts))
 
 

@@ -53,7 +53,8 @@ def _type_name(t: pa.DataType) -> str:
 
 
 def schema_differences(spec: TableSpec, table: DeltaTable) -> list[str]:
-    """How the existing table differs from the spec (columns, types, partitioning)."""
+    """How the existing table differs from the spec in ways the stream cannot follow (columns,
+    types, partitioning); a nullable column the table has beside the declared ones is no difference."""
     actual = pa.schema(table.schema().to_arrow())
     expected = spec.schema
     diffs = []
@@ -65,8 +66,9 @@ def schema_differences(spec: TableSpec, table: DeltaTable) -> list[str]:
             diffs.append(
                 f"column '{f.name}' is {actual_types[f.name]} in the table, {_type_name(f.type)} in the config"
             )
-    diffs.extend(f"table has column '{n}' that the config does not declare" for n in actual.names
-                 if n not in set(expected.names))  # fmt: skip
+    # A nullable column another writer added is followed: the stream writes null into it.
+    diffs.extend(f"table has column '{f.name}' (NOT NULL) that the config does not declare: the stream cannot "
+                 "write it" for f in actual if f.name not in set(expected.names) and not f.nullable)  # fmt: skip
     partitions = tuple(table.metadata().partition_columns)
     if partitions != spec.partition_by:
         diffs.append(f"table is partitioned by {list(partitions)}, config says {list(spec.partition_by)}")

@@ -14,10 +14,12 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 from lakecluster.cli.status import table_status
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.planner import plan_files, snapshot_files
+from lakecluster.config import StorageConfig
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
 from lakecluster.stream.source import open_source
 from lakecluster.table import LakeTable, user_metadata
+from lakecluster.table.location import DeltaLocation
 from tests.cli.conftest import run_cli, write_ssb_table
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import fill, generator_config
@@ -38,7 +40,9 @@ def test_status_reports_the_table_as_the_log_and_the_services_left_it(spark, tmp
     assert before["files"] == len(sizes) and before["bytes"] == sum(sizes) and before["rows"] == 12_000
     assert before["small_files"] == sum(s < config.compaction.min_file_bytes for s in sizes)
     assert before["file_bytes"]["max"] == max(sizes)
-    expected_plan = plan_files(snapshot_files(dt, config.table.partition_by)[0], dt.version(), config.compaction)
+    location = DeltaLocation(str(table), StorageConfig())
+    _, files = snapshot_files(location, config.table.columns, config.table.partition_by)
+    expected_plan = plan_files(files, dt.version(), config.compaction)
     assert before["compaction"]["pending_groups"] == len(expected_plan.groups) > 0
     assert before["compaction"]["last_rewrite"] is None and before["vacuum"]["last_run"] is None
     assert before["sketches"]["versions_behind"] == 0

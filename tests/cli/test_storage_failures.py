@@ -78,17 +78,14 @@ def test_missing_credentials_are_named(s3: S3Server, s3_prefix: str, tmp_path: P
 
 
 def test_missing_credentials_without_an_endpoint_keep_the_sdks_warnings_off_the_terminal(tmp_path: Path) -> None:
-    """delta-rs asks the instance metadata service for a region and credentials and logs a WARN line
-    per failed try; `tune` reads the table through delta-rs first. --debug shows those lines."""
-    args = ["--set", "table.path=s3://lakecluster-test/t", "--set", "metrics.port=0", "tune"]
-    proc = run_without_aws_env(*args, cwd=tmp_path)
-    assert_one_line(proc, "lakecluster: StorageError: s3://lakecluster-test/t: no S3 credentials were found (none in "
-                          "the configuration or the environment, and no instance role answered); set "
-                          "storage.s3_access_key_id and storage.s3_secret_access_key (or AWS_ACCESS_KEY_ID and "
-                          "AWS_SECRET_ACCESS_KEY)")  # fmt: skip
+    """No credentials, no endpoint, no instance role: the S3 clients' retries and warnings stay off
+    the terminal, and the one line says what failed (here, with no network, AWS S3 cannot be
+    reached; `tune` reads the log as every other command does, through lakecluster's own reader)."""
+    proc = run_without_aws_env("--set", "table.path=s3://lakecluster-test/t", "--set", "metrics.port=0", "tune",
+                               cwd=tmp_path)  # fmt: skip
+    assert_one_line(proc, "lakecluster: StorageError: s3://lakecluster-test/t: cannot connect to the S3 endpoint AWS "
+                          "S3; check storage.s3_endpoint (or AWS_ENDPOINT_URL) and that the server is running")
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
-    debug = run_without_aws_env("--debug", *args, cwd=tmp_path)
-    assert "WARN  aws_config" in debug.stderr, debug.stderr
 
 
 def test_endpoint_down_is_named(s3: S3Server, tmp_path: Path) -> None:

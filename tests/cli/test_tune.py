@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.planner import snapshot_files
-from lakecluster.config import load_config
+from lakecluster.config import StorageConfig, load_config
 from lakecluster.layout import clustering_depth
 from lakecluster.stream.generator import generate
 from lakecluster.table import LakeTable
+from lakecluster.table.location import DeltaLocation
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL, fill, generator_config
 from tests.workload_records import record, write
@@ -48,9 +49,11 @@ def test_tune_predicts_what_the_next_round_rewrites_and_how_deep_queries_read(sp
     assert (tmp_path / "o" / "tune.html").read_text().count("<circle") == 3
     (predicted,) = [r for r in data["grid"] if r["current"]]
 
-    before = {f.path: f.size for f in snapshot_files(DeltaTable(str(table)), [])[0]}
+    location = DeltaLocation(str(table), StorageConfig())
+    before = {f.path: f.size for f in snapshot_files(location, config.table.columns, [])[1]}
     Compactor(config, spark=spark).run_once()
-    after_files, actions = snapshot_files(DeltaTable(str(table)), [])
+    live, after_files = snapshot_files(location, config.table.columns, [])
+    actions = live.actions
     rewritten = sum(size for path, size in before.items() if path not in {f.path for f in after_files})
     assert predicted["bytes_rewritten"] == rewritten  # the same planner, the same files
     assert abs(predicted["files_after"] - len(after_files)) <= max(2, 0.2 * len(after_files))

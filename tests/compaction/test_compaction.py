@@ -28,6 +28,7 @@ from lakecluster.sketches import BoundarySketches
 from lakecluster.stream.generator import GeneratorSettings, generate
 from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable, create_table, parse_user_metadata
+from lakecluster.table.delta_schema import DeltaSchema
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.generated_tables import SMALL, fill, filled_for_subprocesses, generator_config, row_multiset
 from tests.services.kafka import KafkaBroker
@@ -136,7 +137,8 @@ def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, filled, tm
     group = first.plan().groups[0]
     sketches = first.sketches()
     layout = ClusteringLayout.build(sketches, config.table.clustering_columns, curve="hilbert", target_cells=2)
-    spec = RewriteSpec(str(table), config.table.columns, ("d_year",), layout, target_files=2, file_prefix="g01-abc")
+    spec = RewriteSpec.for_columns(str(table), config.table.columns, ("d_year",), layout, target_files=2,
+                                   file_prefix="g01-abc")
     assert second.plan().groups[0] == group  # the second compactor's view of the files: before the commit
     written = rewrite(second.spark, group, spec)  # the second compactor is mid-rewrite ...
     assert first.compact_group(group, sketches).result == "committed"  # ... when the first commits
@@ -163,7 +165,8 @@ def test_a_rewrite_losing_the_race_inside_its_transaction_names_the_conflict(spa
     group = first.plan().groups[0]
     sketches = first.sketches()
     layout = ClusteringLayout.build(sketches, config.table.clustering_columns, curve="hilbert", target_cells=2)
-    spec = RewriteSpec(str(table), config.table.columns, ("d_year",), layout, target_files=2, file_prefix="g01-race")
+    spec = RewriteSpec.for_columns(str(table), config.table.columns, ("d_year",), layout, target_files=2,
+                                   file_prefix="g01-race")
     written = rewrite(second.spark, group, spec)
 
     def first_commits_meanwhile(version: int, paths: list[str]) -> list[str]:
@@ -191,7 +194,8 @@ def test_an_output_file_gone_before_the_commit_abandons_the_rewrite(spark, fille
     group = compactor.plan().groups[0]
     layout = ClusteringLayout.build(compactor.sketches(), config.table.clustering_columns, curve="hilbert",
                                     target_cells=2)  # fmt: skip
-    spec = RewriteSpec(str(table), config.table.columns, ("d_year",), layout, target_files=2, file_prefix="g01-def")
+    spec = RewriteSpec.for_columns(str(table), config.table.columns, ("d_year",), layout, target_files=2,
+                                   file_prefix="g01-def")
     written = rewrite(compactor.spark, group, spec)
     (table / written[0].path).unlink()  # e.g. another process's cleanup
     version = DeltaTable(str(table)).version()
@@ -220,7 +224,8 @@ def test_the_local_the_in_task_and_the_spark_rewrite_lay_out_the_same_files(spar
     for engine, write in (("spark", lambda spec: rewrite(compactor.spark, group, spec)),
                           ("tasks", lambda spec: rewrite_in_tasks(compactor.spark, group, spec)),
                           ("local", lambda spec: rewrite_local(group, spec))):  # fmt: skip
-        spec = RewriteSpec(str(table), config.table.columns, (), layout, target_files=12, file_prefix=f"g01-{engine}",
+        spec = RewriteSpec.for_columns(str(table), config.table.columns, (), layout, target_files=12,
+                                   file_prefix=f"g01-{engine}",
                            stats_columns=("lo_revenue", "s_city"))  # fmt: skip
         written = write(spec)
         rows = {f.path: pq.read_table(table / f.path) for f in written}
@@ -243,8 +248,9 @@ def test_the_in_task_rewrite_ships_a_record_per_output_file_and_batch_of_rows_no
 
     table = tmp_path / "t"
     config, _, group, layout = _first_group_and_layout(spark, filled, table, per_batch=1_000)
-    spec = RewriteSpec(str(table), config.table.columns, (), layout, target_files=12, file_prefix="g01-batches")
-    paths = [f.path for f in group.files]
+    spec = RewriteSpec.for_columns(str(table), config.table.columns, (), layout, target_files=12,
+                                   file_prefix="g01-batches")
+    paths = group.files
     cells, counts = rewrite_tasks._merge_counts([rewrite_tasks._count_task(spec, paths)])
     file_of_cell, _ = file_plan(counts, spec.target_files)
     records = list(rewrite_tasks._split_task(spec, cells, file_of_cell, 0, paths))
@@ -268,9 +274,9 @@ def test_a_group_the_spark_tasks_cannot_read_is_rewritten_by_sparks_reader(  # t
 
     def unreadable(spark, group, spec):  # type: ignore[no-untyped-def]
         # The tasks read a text column as a number: pyarrow fails inside the Spark tasks, for real.
-        columns = tuple(replace(c, type="int") if c.name == "lo_shipmode" else c for c in spec.columns)
+        columns = tuple(replace(c, type="int") if c.name == "lo_shipmode" else c for c in config.table.columns)
         tried.append(spec.file_prefix)
-        return rewrite_in_tasks(spark, group, replace(spec, columns=columns))
+        return rewrite_in_tasks(spark, group, replace(spec, table_schema=DeltaSchema.of_columns(columns, ())))
 
     monkeypatch.setattr("lakecluster.compaction.loop.rewrite_in_tasks", unreadable)
     results = Compactor(config, spark=spark).run_once()

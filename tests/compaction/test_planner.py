@@ -3,12 +3,15 @@ turning into Python objects only the files a group could take."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakecluster.compaction.planner import DataFile, Group, plan_files, plan_live
 from lakecluster.config import CompactionConfig
+from lakecluster.table.deletion_vectors import descriptors
 
 MB = 1 << 20
 
@@ -36,6 +39,7 @@ def live_table(files: list[DataFile]) -> pa.Table:
     return pa.table({
         "path": pa.array([f.path for f in files], pa.string()), "size": pa.array([f.size for f in files], pa.int64()),
         "rows": pa.array([f.rows for f in files], pa.int64()),
+        "deletion_vector": descriptors([f.deletion_vector.to_log() if f.deletion_vector else None for f in files]),
         "partition.year": pa.array([f.partition_values.get("year") for f in files], pa.string()),
         "generation": pa.array([f.generation for f in files], pa.int32()),
         "run": pa.array([f.run for f in files], pa.string()),
@@ -136,6 +140,7 @@ def test_partition_values_that_look_alike_are_told_apart() -> None:
            *_run(7, "gg", 10, 100, (("a", "x"), ("b", "y\x00z")))]  # fmt: skip
     table = pa.table({"path": [f.path for f in two], "size": pa.array([f.size for f in two], pa.int64()),
                       "rows": pa.array([f.rows for f in two], pa.int64()),
+                      "deletion_vector": descriptors([None] * len(two)),
                       "partition.a": [f.partition_values["a"] for f in two],
                       "partition.b": [f.partition_values["b"] for f in two],
                       "generation": pa.array([f.generation for f in two], pa.int32()),
@@ -156,3 +161,23 @@ def test_a_merge_into_the_main_run_ranks_by_the_files_outside_the_main_run() -> 
     cfg = CompactionConfig(main_run_merge_ratio=0.5, max_group_bytes=4096 * MB, max_groups_per_run=1)
     [first] = plan_files(files, 1, cfg).groups  # 30 files per 300 MB outside beats 10 per 200 MB
     assert first.partition == due and first.reason.startswith("merge into the main run")
+
+
+def test_settled_files_whose_deletion_vectors_pass_the_share_are_purged_first() -> None:
+    """Large files of a settled run are left alone, until their deletion vectors delete
+    ``purge_deleted_share`` of their rows: then they are rewritten, in front, keeping their generation."""
+    from lakecluster.table.deletion_vectors import DeletionVector
+
+    def vector(n: int) -> DeletionVector:
+        return DeletionVector("u", f"{n:020d}", 1, 40, n)
+
+    run = [DataFile(f"part-g03-aa-{i:05d}.parquet", 128 * MB, 1000 - n, (), 3, "aa", vector(n) if n else None)
+           for i, n in enumerate([0, 20, 60, 100])]  # 0 %, 2 %, 6 % and 10 % of 1,000 rows deleted
+    cfg = replace(CompactionConfig(), purge_deleted_share=0.05)
+    plan = plan_live(live_table(run).drop_columns(["partition.year"]), 1, [], cfg)
+    assert [sorted(f.path for f in g.files) for g in plan.groups] == [[run[2].path, run[3].path]]
+    assert plan.groups[0].generation == 3 and "purge" in plan.groups[0].reason
+    assert plan_live(live_table(run).drop_columns(["partition.year"]), 1, [],
+                     replace(cfg, purge_deletion_vectors=False)).groups == []  # fmt: skip
+    assert plan_live(live_table(run).drop_columns(["partition.year"]), 1, [],
+                     replace(cfg, purge_deleted_share=0.2)).groups == []  # fmt: skip

@@ -27,7 +27,7 @@ def test_int96_timestamps_outside_the_nanosecond_range_are_read_as_written(tmp_p
     columns = (ColumnSpec("ts", "timestamp"), ColumnSpec("n", "long"))
     group = Group((), tuple(DataFile(f"part-{i}.parquet", 1, 1, (), 0, None) for i in range(2)), 1, "new")
     layout = ClusteringLayout.build(BoundarySketches.empty(columns[1:]), ["n"], curve="hilbert", target_cells=1)
-    spec = RewriteSpec(str(tmp_path), columns, (), layout, target_files=1, file_prefix="g01-test")
+    spec = RewriteSpec.for_columns(str(tmp_path), columns, (), layout, target_files=1, file_prefix="g01-test")
     table = read_local(group, spec).sort_by("n")
     assert table["ts"].to_pylist() == [*when, None]
     assert table["n"].to_pylist() == [1, 2, 3]

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
 from lakecluster.compaction.advise import (
     GRID_WEIGHTS,
@@ -26,7 +26,9 @@ from lakecluster.compaction.advise import (
 from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.workload import Predicate, WorkloadError, parse_workload
-from lakecluster.config import load_config
+from lakecluster.config import StorageConfig, load_config
+from lakecluster.schema import ColumnSpec
+from lakecluster.table.location import DeltaLocation
 
 COLUMNS = load_config(None).table.columns  # the SSB-like schema
 
@@ -133,9 +135,10 @@ def test_the_sample_covers_every_partition_and_weighs_rows_by_what_they_stand_fo
     rng = np.random.default_rng(1)
     data = pa.table({"d_year": years, "s_city": pa.array([f"c{i}" for i in rng.integers(0, 250, len(years))])})
     write_deltalake(str(tmp_path / "t"), data, partition_by=["d_year"])
-    table = DeltaTable(str(tmp_path / "t"))
-    files, _ = snapshot_files(table, ["d_year"])
-    sample, weights = sample_rows(table.to_pyarrow_dataset(), files, ["d_year", "s_city"], limit=2_000)
+    columns = [ColumnSpec("d_year", "int"), ColumnSpec("s_city", "string")]
+    location = DeltaLocation(str(tmp_path / "t"), StorageConfig())
+    _, files = snapshot_files(location, columns, ["d_year"])
+    sample, weights = sample_rows(location, files, columns, limit=2_000)
     assert sample.num_rows <= 2_000 + 7 * 100
     assert set(sample["d_year"].to_pylist()) == set(range(1992, 1999))  # the 200-row partition too
     assert weights.sum() == pytest.approx(len(years))

@@ -63,7 +63,7 @@ def _prometheus_config(workdir: Path, ports: dict[str, int], alertmanager: str) 
 def _table_with_work(s3: S3Server, uri: str) -> dict[str, str]:
     """A small table on S3 whose files the compactor would rewrite (three small appends by another
     writer, and boundary sketches as a stream leaves them); returns the settings that name it."""
-    settings = {**SMALL, "table.path": uri, **s3.lakecluster_settings()}
+    settings = {**SMALL, "table.path": uri, "table.partition_by": "[]", **s3.lakecluster_settings()}
     config = load_config(overrides=settings, environ={})
     data = pa.Table.from_batches([generate(0, 1_500, GeneratorSettings(), config.table.columns)])
     for start in range(0, data.num_rows, 500):

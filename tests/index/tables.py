@@ -15,10 +15,12 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
 from lakecluster.compaction.planner import snapshot_files
+from lakecluster.config import StorageConfig
 from lakecluster.index.spec import IndexSpec
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.table import LakeTable
+from lakecluster.table.location import DeltaLocation
 from tests.parquet_writes import write_files
 
 COLUMNS = (
@@ -98,7 +100,7 @@ def append(path: Path, data: pa.Table, batch_id: int, rows_per_file: int = 40) -
 def rewrite_partition(path: Path, year: int) -> int:
     """A compaction-style commit: the partition's files replaced by one file (dataChange=false)."""
     table = DeltaTable(str(path))
-    files, _ = snapshot_files(table, PARTITION_BY)
+    _, files = snapshot_files(DeltaLocation(str(path), StorageConfig()), COLUMNS, PARTITION_BY)
     chosen = tuple(f for f in files if f.partition_values["year"] == str(year))
     import pyarrow.parquet as pq
 

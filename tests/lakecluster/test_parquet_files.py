@@ -8,8 +8,6 @@ from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from hypothesis import given, settings
@@ -17,8 +15,6 @@ from hypothesis import strategies as st
 
 from lakecluster.parquet_files import (
     delta_stats,
-    file_head,
-    first_rows,
     partition_value_string,
     split_by_partition,
 )
@@ -87,40 +83,6 @@ def test_rows_are_grouped_by_all_their_partition_values(rows: list[tuple[int, ..
         expected.setdefault(tuple(r[i] * spread + i for i in range(4)), []).append(n)
     got = {tuple(values[f"p{i}"] for i in range(4)): part["row"].to_pylist() for values, part in groups}
     assert got == expected
-
-
-def test_first_rows_reads_the_rows_asked_for_in_order_and_holds_no_more(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    rng = np.random.default_rng(0)
-    for i in range(2):  # two files of 150,000 wide rows each
-        n = 150_000
-        text = pc.utf8_lpad(pc.cast(pa.array(rng.integers(0, 10**12, n)), pa.string()), 40, "0")
-        pq.write_table(pa.table({"text": text,
-                                 "n": pa.array(np.arange(n) + i * n), "unread": pa.array(np.zeros(n))}),
-                       tmp_path / f"part-{i}.parquet")  # fmt: skip
-    dataset = pds.dataset(sorted(str(p) for p in tmp_path.iterdir()), format="parquet")
-    everything = dataset.to_table(columns=["text", "n"])
-    for rows in (100, 150_001):  # within the first file; one row past it
-        got = first_rows(dataset, rows, ["text", "n"])
-        assert got.equals(everything.slice(0, rows))
-        # Dataset.head returns a slice of a 131,072-row batch and keeps the batch: 100 rows held 6 MB
-        assert got.get_total_buffer_size() <= 1.1 * got.nbytes + 4096, (got.get_total_buffer_size(), got.nbytes)
-    assert first_rows(dataset, 0, ["n"]).schema == pa.schema([("n", pa.int64())])
-
-
-def test_file_head_reads_the_first_rows_as_the_schema_asks_and_holds_no_more(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    n = 150_000
-    text = pc.utf8_lpad(pc.cast(pa.array(np.arange(n)), pa.string()), 40, "0")
-    pq.write_table(pa.table({"text": text, "n": pa.array(np.arange(n), pa.int32())}), tmp_path / "old.parquet",
-                   row_group_size=100_000)  # fmt: skip
-    schema = pa.schema([("n", pa.int64()), ("text", pa.string()), ("added_later", pa.string())])
-    fs = pafs.LocalFileSystem()
-    head = file_head(fs, str(tmp_path / "old.parquet"), 300, schema)
-    assert head.schema == schema and head.num_rows == 300
-    assert head["n"].to_pylist() == list(range(300)) and head["text"][299].as_py() == f"{299:040d}"
-    assert head["added_later"].null_count == 300  # a column the file was written without
-    assert head.get_total_buffer_size() <= 1.1 * head.nbytes + 4096
-    assert file_head(fs, str(tmp_path / "old.parquet"), 10 * n, schema).num_rows == n  # asked past the end
-    assert file_head(fs, str(tmp_path / "old.parquet"), 0, schema).num_rows == 0
 
 
 def test_write_rows_writes_the_rows_in_the_order_given_a_row_group_at_a_time(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

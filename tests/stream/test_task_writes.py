@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -117,6 +118,23 @@ def test_a_table_with_a_check_constraint_is_written_by_deltas_writer_which_enfor
     assert read_delta(config.table.path).num_rows == 6000
     adds = [a["add"] for c in _commits(Path(config.table.path)) for a in c if "add" in a]
     assert adds and all(SPARK_FILE.search(a["path"]) for a in adds), adds[:2]
+
+
+def test_the_stream_follows_a_nullable_column_another_writer_added(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Its tasks go on writing the declared columns: the added one reads as null in their rows."""
+    config = _generator_config(tmp_path, "added", **{"table.partition_by": "[]", "source.generator.max_rows": "3000"})
+    StreamJob(config, spark=spark, available_now=True).run()
+    spark.sql(f"ALTER TABLE delta.`{config.table.path}` ADD COLUMNS (note STRING)")
+    spark.sql(f"UPDATE delta.`{config.table.path}` SET note = 'old' WHERE lo_orderkey < 10")
+    more = replace(config, source=replace(config.source, generator=replace(config.source.generator, max_rows=6000)))
+    StreamJob(more, spark=spark, available_now=True).run()
+    rows = spark.read.format("delta").load(config.table.path)
+    assert rows.count() == 6000 and rows.where("note = 'old'").count() == 10
+    assert duckdb_connection().execute(f"SELECT count(*) FROM delta_scan('{config.table.path}') "
+                                       "WHERE note IS NULL AND lo_orderkey >= 3000").fetchone() == (3000,)  # fmt: skip
+    last = _commits(Path(config.table.path))[-1]
+    adds = [a["add"] for a in last if "add" in a]
+    assert adds and all(TASK_FILE.search(a["path"]) for a in adds), adds[:2]  # the tasks wrote them
 
 
 def test_write_in_tasks_off_writes_the_same_rows_with_deltas_writer(spark, tmp_path: Path) -> None:

@@ -1,0 +1,214 @@
+"""The compactor beside other writers of its table (delta-spark's DELETE, UPDATE and MERGE, with
+and without deletion vectors): a rewrite never brings a deleted row back, never undoes an update,
+never duplicates a row, whether the DML lands before the rewrite's transaction starts or after."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+import lakecluster.commit
+import lakecluster.compaction.loop
+from lakecluster.compaction.loop import Compactor, GroupResult
+from lakecluster.errors import UnsupportedTableError
+from tests.delta_writer import (
+    SharedTables,
+    compaction_config,
+    duckdb_count,
+    files_with_vectors,
+    plain,
+    spark_rows,
+    with_deletion_vectors,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tables(spark, tmp_path_factory: pytest.TempPathFactory) -> SharedTables:  # type: ignore[no-untyped-def]
+    return SharedTables(spark, tmp_path_factory.mktemp("other-writers"))
+
+
+def compact_all(compactor: Compactor, rounds: int = 6) -> list[GroupResult]:
+    results: list[GroupResult] = []
+    for _ in range(rounds):
+        done = compactor.run_once()
+        results += done
+        if not done:
+            break
+    return results
+
+
+@pytest.mark.parametrize("engine", ["local", "tasks"])
+def test_compaction_purges_deletion_vectors_and_no_deleted_row_comes_back(  # type: ignore[no-untyped-def]
+    spark, tables: SharedTables, tmp_path: Path, engine: str
+) -> None:
+    table = tables.copy("dv", with_deletion_vectors, tmp_path / "t")
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_quantity < 10")
+    assert files_with_vectors(spark, table), "the DELETE wrote no deletion vectors"
+    expected = spark_rows(spark, table)
+    assert 0 < sum(expected.values()) < 6_000
+
+    extra = {"compaction.local_rewrite_max_bytes": "0"} if engine == "tasks" else {}
+    results = compact_all(Compactor(compaction_config(table, **extra), spark=spark))
+    assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    assert not files_with_vectors(spark, table)  # every file with a vector was rewritten without its deleted rows
+
+    assert spark_rows(spark, table) == expected  # no row lost, none back, none twice
+    assert duckdb_count(table) == sum(expected.values())
+    assert duckdb_count(table, "lo_quantity < 10") == 0
+    # The new files' stats count exactly the rows they hold.
+    for add in pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist():
+        assert pq.read_metadata(table / add["path"]).num_rows == add["num_records"]
+
+
+DML = {
+    "delete": "DELETE FROM delta.`{t}` WHERE lo_orderkey % 7 = 0",
+    "update": "UPDATE delta.`{t}` SET lo_quantity = lo_quantity + 1000 WHERE lo_orderkey % 5 = 0",
+    "merge": ("MERGE INTO delta.`{t}` AS t USING (SELECT lo_orderkey AS k FROM delta.`{t}` WHERE lo_orderkey % 3 = 0) "
+              "AS s ON t.lo_orderkey = s.k WHEN MATCHED AND t.lo_orderkey % 2 = 0 THEN DELETE "
+              "WHEN MATCHED THEN UPDATE SET t.lo_discount = 0.5"),
+}  # fmt: skip
+
+
+def run_dml_at(monkeypatch: pytest.MonkeyPatch, module: object, point: str, action: Callable[[], None]) -> list[str]:
+    """Run ``action`` once, the first time the compactor passes ``point`` (``lakecluster.faults``)."""
+    hits: list[str] = []
+
+    def pause(name: str) -> None:
+        if name == point and not hits:
+            hits.append(name)
+            action()
+
+    monkeypatch.setattr(module, "pause_point", pause)
+    return hits
+
+
+@pytest.mark.parametrize(("window", "dml", "vectors"), [
+    ("before the transaction", "delete", True),
+    ("before the transaction", "update", True),
+    ("before the transaction", "merge", True),
+    ("before the transaction", "delete", False),
+    ("inside the transaction", "delete", True),
+    ("inside the transaction", "merge", False),
+])  # fmt: skip
+def test_dml_landing_while_a_group_is_rewritten_makes_it_conflict_and_loses_nothing(  # type: ignore[no-untyped-def]
+    spark, tables: SharedTables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: str, dml: str,
+    vectors: bool,
+) -> None:
+    """The DML commits after the group's rows were read: before the compactor's transaction starts
+    (its precheck must see the files changed: same paths, new deletion vectors) or after (Delta's
+    conflict checker must refuse the commit). The group is dropped, the next round rewrites the
+    files as they are now, and the table holds exactly the rows the DML left."""
+    table = tables.copy("dv" if vectors else "plain", with_deletion_vectors if vectors else plain, tmp_path / "t")
+    after_dml: dict[str, object] = {}
+
+    def other_writer() -> None:
+        spark.sql(DML[dml].format(t=table))
+        after_dml["rows"] = spark_rows(spark, table)
+
+    if window == "before the transaction":
+        hits = run_dml_at(monkeypatch, lakecluster.compaction.loop, "compaction_before_commit", other_writer)
+    else:
+        hits = run_dml_at(monkeypatch, lakecluster.commit, "commit_transaction_started", other_writer)
+    compactor = Compactor(compaction_config(table), spark=spark)
+    first = compactor.run_once()
+    assert hits and first, "the DML never ran beside a rewrite"
+    assert first[0].result == "conflict", [r.describe() for r in first]
+    if vectors and dml != "merge":
+        assert files_with_vectors(spark, table), "the DML wrote no deletion vectors"
+    later = compact_all(compactor)
+    assert any(r.result == "committed" for r in later), [r.describe() for r in later]  # the files as they are now
+    assert not files_with_vectors(spark, table)
+
+    assert spark_rows(spark, table) == after_dml["rows"]
+    assert duckdb_count(table) == sum(after_dml["rows"].values())  # type: ignore[attr-defined]
+
+
+def test_a_column_another_writer_added_keeps_its_values_through_compaction(spark, tables: SharedTables,  # type: ignore[no-untyped-def]
+                                                                           tmp_path: Path) -> None:  # fmt: skip
+    """The rewrite writes the table's schema at the version it read, not the declared columns."""
+    table = tables.copy("plain", plain, tmp_path / "t")
+    spark.sql(f"ALTER TABLE delta.`{table}` ADD COLUMNS (note STRING)")
+    for part in range(8):  # small appends that fill the new column
+        spark.sql(f"INSERT INTO delta.`{table}` SELECT * EXCEPT (note), concat('n', lo_orderkey) "
+                  f"FROM delta.`{table}` WHERE lo_orderkey >= {part * 300} AND lo_orderkey < {part * 300 + 300} "
+                  "AND note IS NULL")  # fmt: skip
+    before = spark_rows(spark, table)
+    assert spark.read.format("delta").load(str(table)).where("note IS NOT NULL").count() == 2_400
+
+    results = compact_all(Compactor(compaction_config(table), spark=spark))
+    assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    assert spark_rows(spark, table) == before
+    assert duckdb_count(table, "note IS NOT NULL") == 2_400
+
+
+def test_column_mapping_renames_drops_and_widened_types_keep_every_value(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A table created with column mapping (its files name columns by generated physical names),
+    a clustering column renamed back and forth, a column dropped, a type widened: every column and
+    value comes through the rewrite, read back by Spark and DuckDB."""
+    from tests.delta_writer import append_rows, create_table
+
+    table = tmp_path / "t"
+    create_table(spark, table, **{"delta.columnMapping.mode": "name", "delta.enableTypeWidening": "true",
+                                  "delta.enableDeletionVectors": "true"})  # fmt: skip
+    append_rows(spark, table, 0, 4_000, parts=4)
+    spark.sql(f"ALTER TABLE delta.`{table}` RENAME COLUMN lo_shipmode TO ship_mode")
+    spark.sql(f"ALTER TABLE delta.`{table}` DROP COLUMN is_returned")
+    spark.sql(f"ALTER TABLE delta.`{table}` ALTER COLUMN lo_quantity TYPE BIGINT")
+    spark.sql(f"INSERT INTO delta.`{table}` SELECT * FROM delta.`{table}` WHERE lo_orderkey < 500")
+    spark.sql(f"UPDATE delta.`{table}` SET lo_quantity = lo_quantity + 3000000000 WHERE lo_orderkey % 9 = 0")
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_orderkey % 10 = 3")
+    before = spark_rows(spark, table)
+    columns = spark.read.format("delta").load(str(table)).columns
+    assert "ship_mode" in columns and "is_returned" not in columns
+
+    results = compact_all(Compactor(compaction_config(table), spark=spark))
+    assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    assert not files_with_vectors(spark, table)
+    assert spark_rows(spark, table) == before
+    assert duckdb_count(table) == sum(before.values())
+    quantity = sorted(columns).index("lo_quantity")  # spark_rows orders the columns by name
+    assert duckdb_count(table, "lo_quantity > 3000000000") == sum(n for r, n in before.items()
+                                                                  if r[quantity] > 3_000_000_000) > 0
+
+
+def test_compacted_files_whose_rows_a_delete_erased_are_purged_past_the_threshold(spark, tables: SharedTables,  # type: ignore[no-untyped-def]
+                                                                                  tmp_path: Path) -> None:  # fmt: skip
+    """Settled files the planner would leave alone are rewritten once their deletion vectors delete
+    ``purge_deleted_share`` of their rows (GDPR erasure: the rows then leave the live files), and
+    not before; ``purge_deletion_vectors = false`` leaves them."""
+    table = tables.copy("dv", with_deletion_vectors, tmp_path / "t")
+    settings = {"compaction.target_file_bytes": "400000", "compaction.purge_deleted_share": "0.1"}
+    assert any(r.result == "committed" for r in compact_all(Compactor(compaction_config(table, **settings),
+                                                                      spark=spark)))  # fmt: skip
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_orderkey % 50 = 0")  # 2 % of the rows
+    assert files_with_vectors(spark, table)
+    assert compact_all(Compactor(compaction_config(table, **settings), spark=spark)) == []  # below the share
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_orderkey % 10 = 1")  # 12 % in all
+    expected = spark_rows(spark, table)
+    off = {**settings, "compaction.purge_deletion_vectors": "false"}
+    assert compact_all(Compactor(compaction_config(table, **off), spark=spark)) == []
+    purged = compact_all(Compactor(compaction_config(table, **settings), spark=spark))
+    assert purged and all(r.result == "committed" and "purge" in r.group.reason for r in purged), purged
+    assert not files_with_vectors(spark, table)
+    assert spark_rows(spark, table) == expected
+    assert duckdb_count(table, "lo_orderkey % 10 = 1 OR lo_orderkey % 50 = 0") == 0
+
+
+def test_a_writer_feature_the_rewrites_do_not_keep_is_refused_before_any_work(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Row tracking: a rewrite that moves rows into new files would give them new row ids."""
+    from tests.delta_writer import append_rows, create_table
+
+    table = tmp_path / "t"
+    create_table(spark, table, **{"delta.enableRowTracking": "true"})
+    append_rows(spark, table, 0, 3_000, parts=3)
+    version = DeltaTable(str(table)).version()
+    with pytest.raises(UnsupportedTableError, match=r"writer feature\(s\) rowTracking, which the compactor"):
+        Compactor(compaction_config(table), spark=spark).run_once()
+    assert DeltaTable(str(table)).version() == version  # nothing written
