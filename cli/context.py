@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lakecluster.config import Config
@@ -43,6 +43,31 @@ class Context:
         except ConfigError as e:
             origins = config_origins(self.args.config, overrides=parse_overrides(self.args.set))
             raise locate(e, origins) from None
+
+    def follow_table_clustering(self) -> None:
+        """Cluster by the columns Delta's own clustering gives the table (``CLUSTER BY``) when
+        ``table.clustering_columns`` is set nowhere (file, environment, ``--set``); a table not
+        clustered by Delta, or not there yet, leaves the configuration as it is. The compactor
+        refuses a configured set that contradicts the table's."""
+        from lakecluster.config import config_origins, parse_overrides, validate
+        from lakecluster.table import DeltaLocation, LogGap
+        from lakecluster.table.snapshot import Unsupported
+
+        origins = config_origins(self.args.config, overrides=parse_overrides(self.args.set))
+        if "table.clustering_columns" in origins:
+            return
+        location = DeltaLocation(self.config.table.path, self.config.storage)
+        try:
+            if not location.exists():
+                return
+            found = location.metadata().clustering_columns()
+        except (Unsupported, LogGap, OSError):
+            return  # the command's own reads say what is wrong
+        t = self.config.table
+        if found and tuple(found) != tuple(t.clustering_columns):
+            config = replace(self.config, table=replace(t, clustering_columns=tuple(found)))
+            validate(config)
+            self.config = config
 
     @property
     def output(self) -> str:

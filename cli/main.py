@@ -295,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:  # the JVM's own reports too, unless the configuration says otherwise
             overrides.setdefault("spark.log_level", '"warn"')
         context = Context(args, load_config(args.config, overrides=overrides))
+        context.follow_table_clustering()
         context.check()
         return COMMANDS[args.command](context)
     except InputError as e:

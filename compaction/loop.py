@@ -70,19 +70,25 @@ from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.table import LakeTable
 from lakecluster.table.deletion_vectors import file_keys
 from lakecluster.table.delta_schema import DeltaSchema
+from lakecluster.table.file_rows import RowTracking
 
 log = logging.getLogger(__name__)
 
 # Writer features a rewrite keeps as they are: it changes no row (the same values, in other
 # files: constraints, generated and identity columns hold), writes dataChange=false (no change
 # data), purges deletion vectors, and commits through Delta's own transaction (in-commit
-# timestamps, checkpoints). Row tracking (row ids must move with the rows) and Delta's own
-# clustering, Iceberg compatibility (its own file rules) and any feature newer than this list are not.
+# timestamps, checkpoints), moves each row's id with it under row tracking, and leaves the
+# domain metadata of Delta's own clustering as it is. Iceberg compatibility (its own file rules)
+# and any feature newer than this list are not kept.
 REWRITE_FEATURES = frozenset({
     "appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "allowColumnDefaults",
     "identityColumns", "columnMapping", "deletionVectors", "domainMetadata", "v2Checkpoint", "vacuumProtocolCheck",
     "timestampNtz", "typeWidening", "typeWidening-preview", "inCommitTimestamp", "checkpointProtection",
+    "rowTracking",  # each row's id and commit version written into the new files (RowTracking)
+    "clustering",  # Delta's own clustering: kept when the configured columns are the table's
 })  # fmt: skip
+ROW_ID_COLUMN = "delta.rowTracking.materializedRowIdColumnName"
+ROW_VERSION_COLUMN = "delta.rowTracking.materializedRowCommitVersionColumnName"
 
 
 @dataclass(frozen=True)
@@ -429,6 +435,7 @@ class Compactor:
         self.sync_index()
         self.live.refresh()
         self.table_schema()  # a table the rewrites cannot keep as it is is refused before any work
+        self.row_tracking()
         the_plan = self.plan()
         metrics.PENDING_GROUPS.set(len(the_plan.groups))
         metrics.PENDING_BYTES.set(sum(g.bytes for g in the_plan.groups))
@@ -498,6 +505,12 @@ class Compactor:
         if tuple(schema.partition_by) != tuple(t.partition_by):
             raise UnsupportedTableError(f"{self.table.uri} is partitioned by {list(schema.partition_by)}, the "
                                         f"configuration says {list(t.partition_by)}: set table.partition_by")
+        clustered = meta.clustering_columns()
+        if clustered is not None and set(clustered) != set(t.clustering_columns):
+            raise UnsupportedTableError(
+                f"{self.table.uri} is clustered by Delta on {', '.join(clustered)} (CLUSTER BY), "
+                f"table.clustering_columns says {', '.join(t.clustering_columns)}: set it to the table's columns, or "
+                "leave it unset to take them")  # fmt: skip
         if missing := [c for c in t.clustering_columns if c not in schema.names]:
             raise UnsupportedTableError(f"clustering column {missing[0]} is not a column of {self.table.uri} "
                                         f"(renamed or dropped?); its columns: {', '.join(schema.names)}; "
@@ -511,6 +524,22 @@ class Compactor:
                 "rewrites do not keep; `lakecluster compact` refuses the table (the stream, status, explain and "
                 "vacuum still work on it)")  # fmt: skip
         return schema
+
+    def row_tracking(self) -> RowTracking | None:
+        """Where the rewrites keep each row's id and commit version (None: the table tracks none).
+
+        Raises:
+            UnsupportedTableError: the table supports row tracking but names no columns for them.
+        """
+        meta = self.live.metadata
+        if "rowTracking" not in meta.writer_features:
+            return None
+        names = meta.configuration.get(ROW_ID_COLUMN), meta.configuration.get(ROW_VERSION_COLUMN)
+        if names[0] is None or names[1] is None:
+            raise UnsupportedTableError(f"{self.table.uri} supports row tracking but its properties name no "
+                                        f"materialized columns ({ROW_ID_COLUMN}): a rewrite could not keep its rows' "
+                                        "ids; enable row tracking (delta.enableRowTracking = true) first")  # fmt: skip
+        return RowTracking(names[0], names[1])
 
     def parents(self) -> dict[str, Parent]:
         """The parents of the string clustering columns (``lakecluster.hierarchy``), found in rows
@@ -569,7 +598,7 @@ class Compactor:
         spec = RewriteSpec(self.table.uri, schema, layout, target_files=n_out,
                            file_prefix=f"g{group.generation:02d}-{run_id}-l{fingerprint}",
                            storage=self.table.storage_for_tasks(),
-                           stats_columns=self._stats_columns(schema))  # fmt: skip
+                           stats_columns=self._stats_columns(schema), row_tracking=self.row_tracking())  # fmt: skip
         try:
             if self._cancelled.is_set():  # the stop timeout passed while the group was planned
                 raise _Stopped

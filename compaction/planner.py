@@ -58,6 +58,8 @@ class DataFile:
     generation: int
     run: str | None  # None for generation 0
     deletion_vector: DeletionVector | None = None
+    base_row_id: int | None = None  # row tracking: the first row's id (null: no row tracking)
+    default_row_commit_version: int | None = None
 
     @property
     def partition_values(self) -> dict[str, str | None]:
@@ -73,6 +75,10 @@ class DataFile:
         out: dict[str, Any] = {"path": self.path, "partitionValues": self.partition_values, "size": self.size}
         if self.deletion_vector is not None:
             out["deletionVector"] = self.deletion_vector.to_log()
+        if self.base_row_id is not None:
+            out["baseRowId"] = self.base_row_id
+        if self.default_row_commit_version is not None:
+            out["defaultRowCommitVersion"] = self.default_row_commit_version
         return out
 
 
@@ -148,13 +154,14 @@ class Plan:
 
 def data_files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
     """The planner's files of rows of the live files' table (``live_files.LiveFiles``)."""
-    values = {c: rows[c].to_pylist() for c in ["path", "size", "rows", "generation", "run", "deletion_vector"]}
+    names = ["path", "size", "rows", "generation", "run", "deletion_vector", "base_row_id",
+             "default_row_commit_version"]
+    values = {c: rows[c].to_pylist() if c in rows.column_names else [None] * rows.num_rows for c in names}
     parts = {p: rows[f"partition.{p}"].to_pylist() for p in partition_by}
     return [
-        DataFile(path, size, n or 0, tuple((p, parts[p][i]) for p in partition_by), gen, run, DeletionVector.of(dv))
-        for i, (path, size, n, gen, run, dv) in enumerate(zip(
-            values["path"], values["size"], values["rows"], values["generation"], values["run"],
-            values["deletion_vector"], strict=True))
+        DataFile(path, size, n or 0, tuple((p, parts[p][i]) for p in partition_by), gen, run, DeletionVector.of(dv),
+                 base, version)
+        for i, (path, size, n, gen, run, dv, base, version) in enumerate(zip(*(values[c] for c in names), strict=True))
     ]  # fmt: skip
 
 

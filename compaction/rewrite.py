@@ -36,6 +36,7 @@ from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.schema import ColumnSpec
 from lakecluster.storage import filesystem
 from lakecluster.table.delta_schema import DeltaSchema
+from lakecluster.table.file_rows import RowTracking
 from lakecluster.uris import normalize
 
 CELL, KEY, FILE = "_lc_cell", "_lc_key", "_lc_file"
@@ -57,6 +58,8 @@ class RewriteSpec:
     storage: StorageConfig = field(default_factory=StorageConfig)  # executors build their own filesystem
     # The data columns output files carry stats for, by physical name; None: all.
     stats_columns: tuple[str, ...] | None = None
+    # Row tracking's columns, which the output files hold every row's id and commit version in.
+    row_tracking: RowTracking | None = None
 
     @classmethod
     def for_columns(cls, table_uri: str, columns: Sequence[ColumnSpec], partition_by: Sequence[str],
@@ -70,8 +73,13 @@ class RewriteSpec:
 
     @property
     def schema(self) -> pa.Schema:
-        """The data files' columns (partition columns left out), by physical name."""
-        return self.table_schema.data_schema()
+        """The data files' columns (partition columns left out), by physical name; with row
+        tracking, its two columns after them."""
+        schema = self.table_schema.data_schema()
+        if self.row_tracking is None:
+            return schema
+        return pa.schema([*schema, pa.field(self.row_tracking.row_id, pa.int64()),
+                          pa.field(self.row_tracking.commit_version, pa.int64())])  # fmt: skip
 
     def key_input(self, table: pa.Table) -> pa.Table:
         """The layout's columns of rows of :attr:`schema`, under the layout's (logical) names."""
@@ -170,6 +178,9 @@ def read_group(spark: SparkSession, spec: RewriteSpec, files: Sequence[DataFile]
             fields by their logical names, the files by their physical ones).
     """
     table = spec.table_schema
+    if spec.row_tracking is not None:
+        raise UnsupportedTableError(f"{spec.table_uri}: rewriting a table with row tracking with Spark's reader is "
+                                    "not supported")  # fmt: skip
     if table.mapping != "none" and any(pa.types.is_nested(f.type) for f in spec.schema):
         raise UnsupportedTableError(f"{spec.table_uri}: rewriting nested columns under column mapping with Spark's "
                                     "reader is not supported")  # fmt: skip

@@ -38,7 +38,7 @@ def read_local(group: Group, spec: RewriteSpec) -> pa.Table:
     """The group's live rows (deletion vectors applied), every data column of the table's schema
     in its type (columns a file lacks, written before they were added, read as nulls)."""
     fs, root = filesystem(spec.table_uri, spec.storage)
-    return read_live(fs, root, group.files, spec.schema)
+    return read_live(fs, root, group.files, spec.schema, row_tracking=spec.row_tracking)
 
 
 def file_slices(cells: np.ndarray, target_files: int) -> list[tuple[int, int]]:

@@ -99,7 +99,7 @@ def _split_task(spec: RewriteSpec, cells: np.ndarray, file_of_cell: np.ndarray, 
                 inputs: Sequence[DataFile]) -> Iterator[tuple[int, tuple[int, int, bytes]]]:  # fmt: skip
     """(output file, (slice, batch, Arrow IPC of the batch's live rows for that file, with their key))."""
     fs, root = filesystem(spec.table_uri, spec.storage)
-    scanned = live_batches(fs, root, inputs, spec.schema, batch_rows=BATCH_ROWS)
+    scanned = live_batches(fs, root, inputs, spec.schema, batch_rows=BATCH_ROWS, row_tracking=spec.row_tracking)
     for batch_no, table in enumerate(_batches(scanned, BATCH_ROWS)):
         cell, key = _cells(spec, table)
         files = file_of_cell[np.searchsorted(cells, cell)]

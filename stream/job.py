@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +26,7 @@ from lakecluster.stream.batch_task import QUARANTINE_DDL, QUARANTINE_SCHEMA
 from lakecluster.stream.parse import REASON_CODES
 from lakecluster.stream.sink import BatchReport, StreamSink
 from lakecluster.stream.source import Source, open_source
-from lakecluster.table import LakeTable, TableSpec, check_schema, create_table
+from lakecluster.table import LakeTable, TableSpec, check_schema, create_table, stream_identity
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +201,7 @@ class StreamJob:
                 lease is held by another process (``LeaseHeldError``), or a fault retrying
                 cannot fix stopped the stream (``FatalServiceError``).
         """
+        self._follow_identity()
         table, source = self.table, self.source
         preflight(table, source)
         spark = self._spark or get_session(self.config.spark, self.config.storage, s3=table.uses_s3)
@@ -211,6 +213,7 @@ class StreamJob:
                 create_table(spark, table.quarantine, QUARANTINE_SPEC)
             lease = Lease.acquire(table.paths.lease(), f"stream {table.stream_id} into {table.uri}",
                                   storage=table.storage)  # fmt: skip
+            stream_identity.write_record(self.config, table.paths.streams, table.stream_id)
         source.start(table)
         # A checkpoint a commit is due is written beside the next micro-batch, not before it starts.
         self._checkpoints = BackgroundCheckpoints(spark, name="stream-delta-checkpoints")
@@ -227,6 +230,26 @@ class StreamJob:
             source.stop()
             lease.release()
         return self.reports
+
+    def _follow_identity(self) -> None:
+        """Continue the stream the table knows this source as (``lakecluster/table/stream_identity.py``):
+        a table copied, restored or moved keeps its streams, whatever its path is spelled now.
+
+        Raises:
+            ConfigError: (``stream.id``) the table holds a stream this one may be under another id.
+        """
+        fs, streams = self.table.filesystem(self.table.paths.streams)
+        location = self.table.delta
+
+        def last_commit(stream_id: str) -> dict | None:
+            return location.last_commit_of(lambda meta: meta.get("stream") == stream_id)
+
+        resolved = stream_identity.resolve(self.config, stream_identity.read_records(fs, streams), last_commit)
+        if resolved != self.table.paths.stream_id:  # every path of the stream (checkpoint, lease) under it
+            log.warning("the table's stream of this source is %s (its id is derived from the table's path as it "
+                        "was written when it began); continuing it", resolved)  # fmt: skip
+            self.config = replace(self.config, stream=replace(self.config.stream, id=resolved))
+            self.table = LakeTable(self.config)
 
     def _after_commit(self) -> Callable[[], object] | None:
         """The index sync after each batch, when ``index.sync_after_stream`` asks for it."""

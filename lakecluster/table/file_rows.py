@@ -7,6 +7,8 @@ rewrites (in its process and in Spark tasks), the samples of ``tune`` and of the
 columns, the sketches built from the table. Files without a deletion vector are scanned together
 as one dataset; a file with one is scanned alone, its batches in file order, so each row's
 position in the file is known and the vector's rows are dropped (``deletion_vectors.live_mask``).
+On a table with row tracking the rewrites read each file alone too: a row's id is its file's
+base row id plus its position, unless the file holds it (:class:`RowTracking`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 
+from lakecluster.errors import UnsupportedTableError
 from lakecluster.table.deletion_vectors import DeletionVector, live_mask
 from lakecluster.uris import data_file
 
@@ -43,6 +48,20 @@ class LiveFile:
 
     path: str
     deletion_vector: DeletionVector | None = None
+    base_row_id: int | None = None
+    default_row_commit_version: int | None = None
+
+
+@dataclass(frozen=True)
+class RowTracking:
+    """The columns a row-tracking table's files may hold each row's id and commit version in
+    (``delta.rowTracking.materialized*ColumnName``). Where a file holds none (or a null), the row's
+    id is its file's ``baseRowId`` plus its position in the file, and its commit version the file's
+    ``defaultRowCommitVersion`` (Delta protocol, "Row Tracking"). Read with them, each row carries
+    its own: a rewrite that moves it keeps both."""
+
+    row_id: str
+    commit_version: str
 
 
 def dataset(fs: Any, root: str, paths: Sequence[str], schema: pa.Schema) -> pds.Dataset:
@@ -53,13 +72,14 @@ def dataset(fs: Any, root: str, paths: Sequence[str], schema: pa.Schema) -> pds.
 
 
 def live_batches(fs: Any, root: str, files: Sequence[FileRef], schema: pa.Schema, *,
-                 columns: Sequence[str] | None = None,
-                 batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """The live rows of ``files`` in order, as batches of ``schema`` (or of its ``columns``)."""
+                 columns: Sequence[str] | None = None, batch_rows: int = BATCH_ROWS,
+                 row_tracking: RowTracking | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The live rows of ``files`` in order, as batches of ``schema`` (or of its ``columns``); with
+    ``row_tracking`` (whose columns ``schema`` then has), each row's id and commit version filled in."""
     start = 0
     while start < len(files):
-        if files[start].deletion_vector is not None:
-            yield from _vector_file(fs, root, files[start], schema, columns, batch_rows)
+        if files[start].deletion_vector is not None or row_tracking is not None:
+            yield from _one_file(fs, root, files[start], schema, columns, batch_rows, row_tracking)
             start += 1
             continue
         end = start
@@ -71,33 +91,60 @@ def live_batches(fs: Any, root: str, files: Sequence[FileRef], schema: pa.Schema
         start = end
 
 
-def _vector_file(fs: Any, root: str, file: FileRef, schema: pa.Schema, columns: Sequence[str] | None,
-                 batch_rows: int) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    assert file.deletion_vector is not None
-    deleted = file.deletion_vector.rows(fs, root)
+def _one_file(fs: Any, root: str, file: FileRef, schema: pa.Schema, columns: Sequence[str] | None,
+              batch_rows: int, row_tracking: RowTracking | None) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    deleted = file.deletion_vector.rows(fs, root) if file.deletion_vector is not None else None
     scanner = dataset(fs, root, [file.path], schema).scanner(
         columns=list(columns) if columns is not None else None, batch_size=batch_rows, use_threads=False)
     position = 0
     # Without threads a one-file scan yields its batches in file order: positions count up.
     for batch in scanner.to_batches():
         n = batch.num_rows
-        if n:
-            keep = live_mask(deleted, position, n)
-            position += n
-            if keep.all():
-                yield batch
-            elif keep.any():
-                yield batch.filter(pa.array(keep))
+        if not n:
+            continue
+        if row_tracking is not None:
+            batch = _tracked(batch, file, row_tracking, position)
+        keep = live_mask(deleted, position, n) if deleted is not None else None
+        position += n
+        if keep is None or keep.all():
+            yield batch
+        elif keep.any():
+            yield batch.filter(pa.array(keep))
+
+
+def _tracked(batch: pa.RecordBatch, file: FileRef, tracking: RowTracking, position: int) -> pa.RecordBatch:
+    """``batch`` with its rows' ids and commit versions where the file holds none: the file's base
+    row id plus each row's position, and the file's default commit version."""
+    names = batch.schema.names
+    base = getattr(file, "base_row_id", None)
+    version = getattr(file, "default_row_commit_version", None)
+    ids = batch.column(tracking.row_id)
+    if ids.null_count:
+        if base is None:
+            raise UnsupportedTableError(f"{file.path} has rows without a row id and no baseRowId: its rows' ids "
+                                        "cannot be kept")  # fmt: skip
+        fresh = pa.array(np.arange(position, position + batch.num_rows, dtype=np.int64) + base)
+        batch = batch.set_column(names.index(tracking.row_id), tracking.row_id, pc.coalesce(ids, fresh))
+    versions = batch.column(tracking.commit_version)
+    if versions.null_count:
+        if version is None:
+            raise UnsupportedTableError(f"{file.path} has rows without a commit version and no "
+                                        "defaultRowCommitVersion: they cannot be kept")  # fmt: skip
+        batch = batch.set_column(names.index(tracking.commit_version), tracking.commit_version,
+                                 pc.coalesce(versions, pa.scalar(version, pa.int64())))  # fmt: skip
+    return batch
 
 
 def read_live(fs: Any, root: str, files: Sequence[FileRef], schema: pa.Schema, *,
-              columns: Sequence[str] | None = None) -> pa.Table:  # fmt: skip
-    """Every live row of ``files``, as one table of ``schema`` (or of its ``columns``)."""
-    if all(f.deletion_vector is None for f in files):  # one scan, threaded
+              columns: Sequence[str] | None = None, row_tracking: RowTracking | None = None) -> pa.Table:  # fmt: skip
+    """Every live row of ``files``, as one table of ``schema`` (or of its ``columns``); with
+    ``row_tracking``, each row's id and commit version filled in (``live_batches``)."""
+    if all(f.deletion_vector is None for f in files) and row_tracking is None:  # one scan, threaded
         return dataset(fs, root, [f.path for f in files], schema).to_table(
             columns=list(columns) if columns is not None else None, use_threads=True)
     target = schema if columns is None else pa.schema([schema.field(c) for c in columns])
-    return pa.Table.from_batches(list(live_batches(fs, root, files, schema, columns=columns)), schema=target)
+    batches = live_batches(fs, root, files, schema, columns=columns, row_tracking=row_tracking)
+    return pa.Table.from_batches(list(batches), schema=target)
 
 
 def file_head(fs: Any, root: str, file: FileRef, rows: int, schema: pa.Schema) -> pa.Table:

@@ -14,6 +14,7 @@ import pyarrow.fs as pafs
 
 from lakecluster import storage
 from lakecluster.config import Config, StorageConfig, TableConfig
+from lakecluster.table import stream_identity
 from lakecluster.table.depth import DepthTracker
 from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
@@ -52,6 +53,7 @@ class LakeTable:
         self._history: CommitHistory | None = None
         self._depth: DepthTracker | None = None
         self._state: tuple[tuple, TableState] | None = None
+        self._stream_id: str | None = None
 
     @classmethod
     def at(cls, uri: str, *, storage: StorageConfig | None = None) -> LakeTable:
@@ -84,8 +86,26 @@ class LakeTable:
 
     @property
     def stream_id(self) -> str:
-        """The configured stream's id (``stream.id``, or derived from the source and the table)."""
-        return self.paths.stream_id
+        """The configured stream's id: ``stream.id``, or the id of the table's stream of this
+        source (its record, ``stream_identity.py``, found once: a table that moved keeps its
+        stream's id), or else the one derived from the source and the table's path."""
+        with self._lock:
+            if self._stream_id is None:
+                self._stream_id = self._recorded_stream_id()
+            return self._stream_id
+
+    def _recorded_stream_id(self) -> str:
+        derived = self.paths.stream_id
+        if self.config.stream.id:
+            return derived
+        try:
+            fs, streams = self.filesystem(self.paths.streams)
+            records = stream_identity.read_records(fs, streams)
+        except OSError:
+            return derived
+        identity = self.config.source.identity()
+        same = [i for i, r in records.items() if r is not None and dict(r.source) == identity]
+        return same[0] if derived not in records and len(same) == 1 else derived
 
     @property
     def uses_s3(self) -> bool:

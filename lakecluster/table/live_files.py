@@ -12,7 +12,8 @@ reading the whole file table again.
 
 One row per live file: ``path``, ``size``, ``rows`` (its live rows: the stats' ``numRecords`` less
 the rows its deletion vector deletes), ``deletion_vector`` (its descriptor, null for none: a file's
-identity is its path and this; ``deletion_vectors.py``), ``partition.<p>`` (the partition value as
+identity is its path and this; ``deletion_vectors.py``), ``base_row_id`` and
+``default_row_commit_version`` (row tracking's, null without it), ``partition.<p>`` (the partition value as
 text), ``generation``, ``run`` and ``layout`` (from the file name, see ``planner.file_run``; ``layout``
 is the fingerprint of the clustering layout a compaction wrote the file under, ``layout.layout_fingerprint``,
 null for other files), and ``min.<c>``, ``max.<c>`` of the clustering columns (null when the file
@@ -38,7 +39,7 @@ from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, cardinalities, d
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
 from lakecluster.table.metadata import table_properties
-from lakecluster.table.snapshot import Metadata, parse_stats
+from lakecluster.table.snapshot import ROW_TRACKING, Metadata, parse_stats
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +169,7 @@ class LiveFiles:
             "size": pa.array([int(a.get("size") or 0) for a in adds], pa.int64()),
             "rows": pc.subtract(stats["num_records"], cardinalities(vectors)),
             "deletion_vector": vectors,
+            **{name: pa.array([a.get(key) for a in adds], pa.int64()) for key, name in ROW_TRACKING.items()},
         }
         for p in self.partition_by:
             typed = partition_array(p, [(a.get("partitionValues") or {}).get(p.name) for a in adds])
@@ -183,6 +185,7 @@ class LiveFiles:
 def _rows_schema(partition_by: Sequence[ColumnSpec], stats_columns: Sequence[ColumnSpec]) -> pa.Schema:
     fields = [pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("rows", pa.int64()),
               pa.field("deletion_vector", DESCRIPTOR_TYPE)]  # fmt: skip
+    fields += [pa.field(name, pa.int64()) for name in ROW_TRACKING.values()]
     fields += [pa.field(f"partition.{p.name}", pa.string()) for p in partition_by]
     fields += [pa.field("generation", pa.int32()), pa.field("run", pa.string()), pa.field("layout", pa.string())]
     for c in stats_columns:
@@ -204,6 +207,7 @@ def live_file_rows(actions: pa.Table, partition_by: Sequence[ColumnSpec],
         "size": actions["size_bytes"].cast(pa.int64()),
         "rows": pc.subtract(records, cardinalities(vectors)),
         "deletion_vector": vectors,
+        **{name: actions[name] if name in names else pa.nulls(n, pa.int64()) for name in ROW_TRACKING.values()},
     }
     for p in partition_by:
         key = f"partition.{p.name}"

@@ -11,8 +11,9 @@ the log's stats everywhere else: the result is the same either way, unreadable b
 
 The result has the columns of delta-rs's flattened add actions that lakecluster uses (``path``,
 ``size_bytes``, ``num_records``, ``partition.<p>``, ``null_count.<c>``, ``min.<c>``, ``max.<c>``),
-typed as the table's columns, and each file's ``deletion_vector`` descriptor (null for none:
-``deletion_vectors.py``). ``num_records`` is the file's, as its stats say; the rows a deletion
+typed as the table's columns, each file's ``deletion_vector`` descriptor (null for none:
+``deletion_vectors.py``), and its ``base_row_id`` and ``default_row_commit_version`` (row tracking;
+null without it). ``num_records`` is the file's, as its stats say; the rows a deletion
 vector deletes are still in it.
 
 Checkpoints are read in every form the protocol has: classic (one file or several parts) and V2
@@ -25,8 +26,8 @@ checkpoint ``_last_checkpoint`` names but that is gone) raises :class:`Unsupport
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote
@@ -44,6 +45,9 @@ from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, descriptors
 from lakecluster.table.log import NetChanges, commits_after, first_action, json_lines
 
 BATCH_ROWS = 65_536
+CLUSTERING_DOMAIN = "delta.clustering"  # Delta's own clustering: its columns (by physical name)
+# Row tracking's fields of an add action, and the columns the live files hold them in.
+ROW_TRACKING = {"baseRowId": "base_row_id", "defaultRowCommitVersion": "default_row_commit_version"}
 
 
 class Unsupported(Exception):
@@ -71,6 +75,26 @@ class Metadata:
     configuration: dict[str, str]
     reader_features: frozenset[str] = frozenset()  # every feature the protocol names or implies
     writer_features: frozenset[str] = frozenset()
+    domains: Mapping[str, str] = field(default_factory=dict)  # domain metadata: domain -> its configuration
+
+    def clustering_columns(self) -> tuple[str, ...] | None:
+        """The columns Delta's own clustering (``CLUSTER BY``) clusters the table by, by their
+        logical names; None when the table is not clustered that way.
+
+        Raises:
+            UnsupportedTableError: it clusters by a nested field, or by a column the schema lacks.
+        """
+        if "clustering" not in self.writer_features or CLUSTERING_DOMAIN not in self.domains:
+            return None
+        paths = json.loads(self.domains[CLUSTERING_DOMAIN]).get("clusteringColumns") or []
+        logical = {physical: name for name, physical in physical_names(self).items()}
+        out = []
+        for path in paths:
+            if len(path) != 1 or path[0] not in logical:
+                raise UnsupportedTableError(f"the table is clustered by {'.'.join(path)}, not a top-level column "
+                                            "of its schema")  # fmt: skip
+            out.append(logical[path[0]])
+        return tuple(out)
 
 
 def protocol_features(protocol: dict | None) -> tuple[frozenset[str], frozenset[str]]:
@@ -157,7 +181,8 @@ def _read_live_adds(fs: Any, log_dir: str, partition_by: Sequence[ColumnSpec], s
                          "partitionValues": pa.array([list((a.get("partitionValues") or {}).items()) for a in added],
                                                      pa.map_(pa.string(), pa.string())),
                          "stats": pa.array([a.get("stats") for a in added], pa.string()),
-                         "deletionVector": descriptors([a.get("deletionVector") for a in added])})  # fmt: skip
+                         "deletionVector": descriptors([a.get("deletionVector") for a in added]),
+                         **{k: pa.array([a.get(k) for a in added], pa.int64()) for k in ROW_TRACKING}})  # fmt: skip
         pieces.append(_flatten(rows, partition_by, stats, null_counts))
     schema = _schema(partition_by, stats, null_counts)
     actions = pa.concat_tables([p.cast(schema) for p in pieces]) if pieces else schema.empty_table()
@@ -237,8 +262,9 @@ def _log_state(fs: Any, log_dir: str) -> tuple[Checkpoint, list[list[dict]], Met
     commits = commits_after(fs, log_dir, checkpoint.version)
     meta = _latest(fs, log_dir, checkpoint, commits, "metaData")
     readers, writers = protocol_features(_latest(fs, log_dir, checkpoint, commits, "protocol"))
+    domains = _domains(fs, log_dir, checkpoint, commits) if "domainMetadata" in writers else {}
     found = Metadata(checkpoint.version + len(commits), meta["schemaString"], tuple(meta.get("partitionColumns") or ()),
-                     dict(meta.get("configuration") or {}), readers, writers)  # fmt: skip
+                     dict(meta.get("configuration") or {}), readers, writers, domains)  # fmt: skip
     readable(found, log_dir.rsplit("/_delta_log", 1)[0])
     return checkpoint, commits, found
 
@@ -340,6 +366,24 @@ def _latest(fs: Any, log_dir: str, checkpoint: Checkpoint, commits: list[list[di
     raise Unsupported(f"no {kind} action up to version {checkpoint.version + len(commits)}")
 
 
+def _domains(fs: Any, log_dir: str, checkpoint: Checkpoint, commits: list[list[dict]]) -> dict[str, str]:
+    """Each domain's configuration at the latest version (a later action wins; removed ones go)."""
+    actions = [a["domainMetadata"] for a in checkpoint.actions if "domainMetadata" in a]
+    for name in checkpoint.top:
+        pf = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
+        if "domainMetadata" in pf.schema_arrow.names and not _all_null(pf, "domainMetadata.domain"):
+            column = pf.read(columns=["domainMetadata"]).column("domainMetadata")
+            actions += [d for d in column.to_pylist() if d is not None]
+    actions += [a["domainMetadata"] for commit in commits for a in commit if "domainMetadata" in a]
+    out: dict[str, str] = {}
+    for action in actions:
+        if action.get("removed"):
+            out.pop(action["domain"], None)
+        else:
+            out[action["domain"]] = action.get("configuration") or ""
+    return out
+
+
 def _net_changes(commits: list[list[dict]]) -> NetChanges:
     """The commits' adds and removes taken together (a metaData action is allowed here: this is
     a full read)."""
@@ -360,6 +404,8 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: Sequence[str], stats: Sequenc
         has_vectors = _field(add_type, "deletionVector") is not None
         if has_vectors:
             columns.append("add.deletionVector")
+        tracked = [key for key in ROW_TRACKING if _field(add_type, key) is not None]
+        columns += [f"add.{key}" for key in tracked]
         # Columns whose stats the structs lack are read from the JSON text (Delta-Spark and
         # delta-rs keep no boolean bounds in their structs, though the text may have them).
         from_text = list(stats) if parsed_type is None else _not_in(parsed_type, stats, null_counts)
@@ -380,6 +426,9 @@ def _checkpoint_adds(fs: Any, log_dir: str, parts: Sequence[str], stats: Sequenc
             vectors = pc.struct_field(add, "deletionVector").cast(DESCRIPTOR_TYPE) if has_vectors else \
                 pa.nulls(len(add), DESCRIPTOR_TYPE)  # fmt: skip
             rows = rows.append_column("deletionVector", vectors)
+            for key in ROW_TRACKING:
+                rows = rows.append_column(key, pc.struct_field(add, key).cast(pa.int64()) if key in tracked
+                                          else pa.nulls(len(add), pa.int64()))  # fmt: skip
             if parsed_type is None:
                 yield rows.append_column("stats", pc.struct_field(add, "stats")), None
                 continue
@@ -460,6 +509,7 @@ def _schema(partition_by: Sequence[ColumnSpec], stats: Sequence[ColumnSpec], nul
             fields.append(pa.field(f"null_count.{c.name}", pa.int64()))
         fields += [pa.field(f"min.{c.name}", arrow_type(c)), pa.field(f"max.{c.name}", arrow_type(c))]
     fields.append(pa.field("deletion_vector", DESCRIPTOR_TYPE))
+    fields += [pa.field(name, pa.int64()) for name in ROW_TRACKING.values()]
     return pa.schema(fields)
 
 
@@ -482,6 +532,8 @@ def _flatten(rows: pa.Table, partition_by: Sequence[ColumnSpec], stats: Sequence
     out.update(parsed)
     out["deletion_vector"] = rows["deletionVector"].combine_chunks().cast(DESCRIPTOR_TYPE) \
         if "deletionVector" in rows.column_names else pa.nulls(n, DESCRIPTOR_TYPE)  # fmt: skip
+    for key, name in ROW_TRACKING.items():
+        out[name] = rows[key].combine_chunks().cast(pa.int64()) if key in rows.column_names else pa.nulls(n, pa.int64())
     return pa.table(out, schema=_schema(partition_by, stats, null_counts))
 
 

@@ -4,6 +4,7 @@ never duplicates a row, whether the DML lands before the rewrite's transaction s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,8 +17,11 @@ import lakecluster.commit
 import lakecluster.compaction.loop
 from lakecluster.compaction.loop import Compactor, GroupResult
 from lakecluster.errors import UnsupportedTableError
+from lakecluster.schema import spark_ddl
+from lakecluster.stream.ssb import SSB_COLUMNS
 from tests.delta_writer import (
     SharedTables,
+    append_rows,
     compaction_config,
     duckdb_count,
     files_with_vectors,
@@ -201,14 +205,72 @@ def test_compacted_files_whose_rows_a_delete_erased_are_purged_past_the_threshol
     assert duckdb_count(table, "lo_orderkey % 10 = 1 OR lo_orderkey % 50 = 0") == 0
 
 
-def test_a_writer_feature_the_rewrites_do_not_keep_is_refused_before_any_work(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Row tracking: a rewrite that moves rows into new files would give them new row ids."""
+def row_ids(spark, path: Path) -> dict[int, tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """Each row's (row id, row commit version), by its key, as delta-spark reads them."""
+    frame = spark.read.format("delta").load(str(path)).select(
+        "lo_orderkey", "_metadata.row_id", "_metadata.row_commit_version")
+    return {r[0]: (r[1], r[2]) for r in frame.collect()}
+
+
+def test_row_tracking_keeps_every_rows_id_and_commit_version_through_a_rewrite(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """As Delta's OPTIMIZE does: ids from each file's base row id and position, or the ids an
+    UPDATE materialized into its files, move with their rows; deleted rows stay deleted."""
     from tests.delta_writer import append_rows, create_table
 
     table = tmp_path / "t"
-    create_table(spark, table, **{"delta.enableRowTracking": "true"})
+    create_table(spark, table, **{"delta.enableRowTracking": "true", "delta.enableDeletionVectors": "true"})
     append_rows(spark, table, 0, 3_000, parts=3)
+    spark.sql(f"UPDATE delta.`{table}` SET lo_quantity = lo_quantity + 100 WHERE lo_orderkey % 7 = 0")
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_orderkey % 11 = 0")
+    append_rows(spark, table, 3_000, 4_000, parts=2, seed=10)
+    before, ids = spark_rows(spark, table), row_ids(spark, table)
+    assert len(ids) == sum(before.values()) and len({v[0] for v in ids.values()}) == len(ids)
+
+    results = compact_all(Compactor(compaction_config(table), spark=spark))
+    assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    assert not files_with_vectors(spark, table)
+    assert spark_rows(spark, table) == before
+    assert row_ids(spark, table) == ids
+    assert duckdb_count(table) == len(ids)
+
+
+def test_a_table_delta_clusters_keeps_its_clustering_and_refuses_other_columns(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """CLUSTER BY: the compactor clusters by the table's own columns (the command line takes them
+    when table.clustering_columns is set nowhere), keeps its domain metadata, and refuses others."""
+    from tests.cli.conftest import run_cli
+
+    table = tmp_path / "t"
+    spark.sql(f"CREATE TABLE delta.`{table}` ({spark_ddl(SSB_COLUMNS)}) USING delta CLUSTER BY (s_city, p_brand)")
+    append_rows(spark, table, 0, 3_000, parts=3)
+    shown = run_cli(f"--set=table.path={table}", "--set=table.partition_by=[]", "--json", "config", cwd=tmp_path)
+    assert json.loads(shown.stdout)["table"]["clustering_columns"] == ["s_city", "p_brand"], shown.stderr
+    chosen = run_cli(f"--set=table.path={table}", "--set=table.partition_by=[]",
+                     "--set=table.clustering_columns=[\"c_city\"]", "--json", "config", cwd=tmp_path)  # fmt: skip
+    assert json.loads(chosen.stdout)["table"]["clustering_columns"] == ["c_city"]
+
     version = DeltaTable(str(table)).version()
-    with pytest.raises(UnsupportedTableError, match=r"writer feature\(s\) rowTracking, which the compactor"):
+    other = compaction_config(table, **{"table.clustering_columns": '["c_city"]'})
+    with pytest.raises(UnsupportedTableError, match="clustered by Delta on s_city, p_brand"):
+        Compactor(other, spark=spark).run_once()
+    assert DeltaTable(str(table)).version() == version  # nothing written
+
+    before = spark_rows(spark, table)
+    own = compaction_config(table, **{"table.clustering_columns": '["s_city", "p_brand"]'})
+    results = compact_all(Compactor(own, spark=spark))
+    assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    assert spark_rows(spark, table) == before
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0]
+    assert list(detail["clusteringColumns"]) == ["s_city", "p_brand"]  # the domain metadata is kept
+
+
+def test_a_writer_feature_the_rewrites_do_not_keep_is_refused_before_any_work(  # type: ignore[no-untyped-def]
+    spark, tables: SharedTables, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any writer feature outside what the rewrites keep (a feature newer than the compactor, say)."""
+    table = tables.copy("dv", with_deletion_vectors, tmp_path / "t")
+    monkeypatch.setattr(lakecluster.compaction.loop, "REWRITE_FEATURES",
+                        lakecluster.compaction.loop.REWRITE_FEATURES - {"deletionVectors"})  # fmt: skip
+    version = DeltaTable(str(table)).version()
+    with pytest.raises(UnsupportedTableError, match=r"writer feature\(s\) deletionVectors, which the compactor"):
         Compactor(compaction_config(table), spark=spark).run_once()
     assert DeltaTable(str(table)).version() == version  # nothing written
