@@ -50,13 +50,13 @@ class Context:
         clustered by Delta, or not there yet, leaves the configuration as it is. The compactor
         refuses a configured set that contradicts the table's."""
         from lakecluster.config import config_origins, parse_overrides, validate
-        from lakecluster.table import DeltaLocation, LogGap
+        from lakecluster.table import LogGap
         from lakecluster.table.snapshot import Unsupported
 
         origins = config_origins(self.args.config, overrides=parse_overrides(self.args.set))
         if "table.clustering_columns" in origins:
             return
-        location = DeltaLocation(self.config.table.path, self.config.storage)
+        location = LakeTable(self.config).delta
         try:
             if not location.exists():
                 return

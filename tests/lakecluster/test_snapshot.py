@@ -37,7 +37,9 @@ def by_path(t: pa.Table) -> pa.Table:
 def delta_rs(table: Path) -> pa.Table:
     """delta-rs's flattened add actions, cast to the reader's schema (the reference)."""
     actions = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))
-    theirs = pa.schema([f for f in read(table).actions.schema if f.name != "deletion_vector"])  # delta-rs has none
+    mine = read(table).actions.schema  # delta-rs has no deletion vectors nor row tracking's fields
+    theirs = pa.schema([f for f in mine
+                        if f.name not in ("deletion_vector", "base_row_id", "default_row_commit_version")])
     return by_path(pa.table({f.name: actions[f.name].cast(f.type) for f in theirs}, schema=theirs))
 
 
