@@ -242,6 +242,7 @@ def run(ctx: Context) -> int:
 
 def vacuum(ctx: Context) -> int:
     """``lakecluster vacuum``: the table and its quarantine table; ``--dry-run`` lists only."""
+    from lakecluster.compaction.erasure import expire_quarantine
     from lakecluster.compaction.vacuum import check_whole_hours, vacuum_all
     from lakecluster.config import MIN_RETENTION_HOURS
     from lakecluster.spark import get_session
@@ -261,6 +262,8 @@ def vacuum(ctx: Context) -> int:
     def session() -> Any:  # started only for a table with a file old enough to go
         return get_session(config.spark, config.storage, s3=table.uses_s3).newSession()
 
+    if not args.dry_run:  # quarantined records past their retention go first, as in the compactor's vacuums
+        expire_quarantine(session, table, config.vacuum.quarantine_retention_days)
     reports = vacuum_all(session, table, config.vacuum, retention_hours=hours, force=force, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     lines = []

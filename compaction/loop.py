@@ -38,6 +38,7 @@ from lakecluster.compaction.auto_layout import (
 )
 from lakecluster.compaction.capture import expire
 from lakecluster.compaction.commit import commit_rewrite
+from lakecluster.compaction.erasure import Erasure, ForgetPass, expire_quarantine
 from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, plan_live
 from lakecluster.compaction.relayout import off_layout, still_pending, with_relayout
@@ -59,6 +60,7 @@ from lakecluster.errors import (
 from lakecluster.faults import crash_point, pause_point
 from lakecluster.health import HEALTH
 from lakecluster.hierarchy import Parent
+from lakecluster.index.sync import rebuild as rebuild_index
 from lakecluster.index.sync import sync as sync_index
 from lakecluster.layout import ClusteringLayout, clustering_depth
 from lakecluster.parquet_files import WrittenFile
@@ -175,6 +177,9 @@ class Compactor:
         self.live = table.live_files()
         self._without_stats = WithoutStatsWarning(table.uri, config.skipping_columns)
         self.store = table.sketches()
+        index_rebuild = (lambda: rebuild_index(self.table, "rows were deleted: stale bounds dropped")) \
+            if config.index.enabled else None  # fmt: skip
+        self.erasure = Erasure(config, table, index_rebuild)
         self.scope = scope
         self.full = full
         self._pending: pa.Array | None = None  # --full: the files off the layout when the pass started
@@ -462,9 +467,21 @@ class Compactor:
             left_bytes -= group.bytes
             self._progress(f"compaction: group {done}/{total} {result.describe()}; "
                            f"left {total - done} group(s), {human_bytes(left_bytes)}")  # fmt: skip
+        if not self.stopping:
+            self.forget_deleted_rows()
         self.monitor.observe()
         metrics.COMPACTION_LAST_SUCCESS.set(time.time())
         return results
+
+    def forget_deleted_rows(self) -> ForgetPass | None:
+        """After another writer deleted rows: the sketches and the index rebuilt from the live
+        data, at most every ``compaction.forget_interval_s`` (compaction/erasure.py)."""
+        self.erasure.verify()
+        self.erasure.watch()
+        if not self.erasure.due():
+            return None
+        version, files = self.live.snapshot()
+        return self.erasure.forget(files, version)
 
     def _progress(self, line: str) -> None:
         if self.on_progress is not None:
@@ -729,6 +746,7 @@ class Compactor:
             return spark
 
         try:
+            expire_quarantine(session, self.table, self.config.vacuum.quarantine_retention_days)
             vacuum_all(session, self.table, self.config.vacuum)
         finally:
             if self._vacuum_group is not None:

@@ -631,6 +631,8 @@ class BoundarySketches:
 
     ``from_table`` names the columns whose sketch began as a sample of the table's rows (a column
     the stream had not sketched, built by the compactor) and the table version it read.
+    ``erased_at``: the table version of the newest rebuild from the table's live rows these
+    sketches descend from (compaction/erasure.py: after another writer deleted rows; -1: none).
     """
 
     def __init__(
@@ -640,11 +642,13 @@ class BoundarySketches:
         delta_version: int = -1,
         stream_batch_id: int = -1,
         from_table: Mapping[str, int] | None = None,
+        erased_at: int = -1,
     ) -> None:
         self.sketches = dict(sketches)
         self.delta_version = delta_version
         self.stream_batch_id = stream_batch_id
         self.from_table = dict(from_table or {})
+        self.erased_at = erased_at
 
     def rows(self, column: str) -> int:
         """The values ``column``'s sketch has seen: nulls and NaN included (0 without a sketch)."""

@@ -180,6 +180,9 @@ class StreamSink:
             result = self._two_passes(batch_df, batch_id, txn, done, sketch_done, meta_of)
         total, merged, files, written = result
         if not sketch_done:
+            # A file another process wrote since this batch began (the compactor's rebuild after a
+            # DELETE: compaction/erasure.py) is merged into, not written over.
+            self._adopt_newer_sketches()
             self.sketches.merge(merged)
             self.sketches.stream_batch_id = txn
             self.sketches.delta_version = self.table_log.version

@@ -183,6 +183,9 @@ class CompactionConfig:
     # those rows, whatever their run (as Delta's REORG TABLE ... APPLY (PURGE)).
     purge_deletion_vectors: bool = True
     purge_deleted_share: float = 0.05
+    # After another writer deleted rows, the sketches and the index are rebuilt from the live data
+    # at most this often (compaction/erasure.py).
+    forget_interval_s: float = 3600.0
     stop_timeout_s: float = 10.0
     # The layout chosen from the captured workload (docs/tuning.md, "The layout loop").
     auto_layout: Literal["off", "advise", "apply"] = "advise"
@@ -211,6 +214,7 @@ class VacuumConfig:
     retention_hours: float = 168.0
     interval_s: float = 3600.0
     force: bool = False
+    quarantine_retention_days: float = 30.0  # quarantined records older than this are deleted; 0: kept
 
 
 @dataclass(frozen=True)

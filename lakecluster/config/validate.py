@@ -84,6 +84,9 @@ def validate(config: Config) -> None:
             "reader still needs could be deleted; set vacuum.force = true if you are sure",
             related=("vacuum.force",),
         )
+    if v.quarantine_retention_days < 0:
+        raise ConfigError("vacuum.quarantine_retention_days", "must be >= 0 (0 keeps quarantined records for good), "
+                          f"got {v.quarantine_retention_days:g}")  # fmt: skip
     _validate_index(config.index, t)
     _validate_workload(config.workload)
     rt = config.retry
@@ -194,6 +197,8 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         raise ConfigError("compaction.local_rewrite_max_bytes", f"must be >= 0, got {c.local_rewrite_max_bytes}")
     if c.merge_fanout < 2:
         raise ConfigError("compaction.merge_fanout", f"must be >= 2, got {c.merge_fanout}")
+    if c.forget_interval_s < 0:
+        raise ConfigError("compaction.forget_interval_s", f"must be >= 0 (seconds), got {c.forget_interval_s:g}")
     if not 0 < c.purge_deleted_share <= 1:
         raise ConfigError("compaction.purge_deleted_share", "must be > 0 and <= 1 (the share of a file's rows its "
                           f"deletion vector deletes before the file is purged), got {c.purge_deleted_share:g}")

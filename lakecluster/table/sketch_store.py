@@ -91,7 +91,8 @@ class SketchStore:
             raise SketchStoreError(f"cannot read boundary sketches {path}: {e}") from e
         return BoundarySketches(sketches, delta_version=header["delta_version"],
                                 stream_batch_id=header["stream_batch_id"],
-                                from_table=header.get("from_table", {}))  # fmt: skip
+                                from_table=header.get("from_table", {}),
+                                erased_at=int(header.get("erased_at", -1)))  # fmt: skip
 
     def newest(self) -> str | None:
         """The name of this stream's newest sketch file (None: there is none)."""
@@ -110,6 +111,7 @@ class SketchStore:
             "delta_version": sketches.delta_version,
             "stream_batch_id": sketches.stream_batch_id,
             "from_table": sketches.from_table,
+            "erased_at": sketches.erased_at,
             "written_at": time.time(),
             "columns": columns,
         }).encode()  # fmt: skip
@@ -154,4 +156,5 @@ def load_or_empty(
     kept = {name for name, s in fresh.sketches.items() if s is latest.sketches.get(name)}
     fresh.from_table = {name: v for name, v in latest.from_table.items() if name in kept}
     fresh.delta_version, fresh.stream_batch_id = latest.delta_version, latest.stream_batch_id
+    fresh.erased_at = latest.erased_at
     return fresh

@@ -97,7 +97,6 @@ def run_dml_at(monkeypatch: pytest.MonkeyPatch, module: object, point: str, acti
     ("before the transaction", "delete", True),
     ("before the transaction", "update", True),
     ("before the transaction", "merge", True),
-    ("before the transaction", "delete", False),
     ("inside the transaction", "delete", True),
     ("inside the transaction", "merge", False),
 ])  # fmt: skip
@@ -139,17 +138,17 @@ def test_a_column_another_writer_added_keeps_its_values_through_compaction(spark
     """The rewrite writes the table's schema at the version it read, not the declared columns."""
     table = tables.copy("plain", plain, tmp_path / "t")
     spark.sql(f"ALTER TABLE delta.`{table}` ADD COLUMNS (note STRING)")
-    for part in range(8):  # small appends that fill the new column
+    for part in range(4):  # small appends that fill the new column
         spark.sql(f"INSERT INTO delta.`{table}` SELECT * EXCEPT (note), concat('n', lo_orderkey) "
                   f"FROM delta.`{table}` WHERE lo_orderkey >= {part * 300} AND lo_orderkey < {part * 300 + 300} "
                   "AND note IS NULL")  # fmt: skip
     before = spark_rows(spark, table)
-    assert spark.read.format("delta").load(str(table)).where("note IS NOT NULL").count() == 2_400
+    assert spark.read.format("delta").load(str(table)).where("note IS NOT NULL").count() == 1_200
 
     results = compact_all(Compactor(compaction_config(table), spark=spark))
     assert any(r.result == "committed" for r in results), [r.describe() for r in results]
     assert spark_rows(spark, table) == before
-    assert duckdb_count(table, "note IS NOT NULL") == 2_400
+    assert duckdb_count(table, "note IS NOT NULL") == 1_200
 
 
 def test_column_mapping_renames_drops_and_widened_types_keep_every_value(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
