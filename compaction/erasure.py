@@ -16,8 +16,9 @@ A stream that wrote its sketch file over the rebuilt one (it merges into a newer
 ``StreamSink``; a batch in flight can still miss it) is found on the next round, by the rebuild
 version its newest file descends from (``BoundarySketches.erased_at``), and the rebuild runs again.
 The version a pass covered is kept in ``_lakecluster/erasure.json``: a restarted compactor reads
-only the commits after it. The quarantine table's records are kept ``vacuum.quarantine_retention_days``
-(:func:`expire_quarantine`).
+only the commits after it (before any pass, the commits after the last checkpoint, and the
+checkpoint's tombstones for the removes before it). The quarantine table's records are kept
+``vacuum.quarantine_retention_days`` (:func:`expire_quarantine`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from lakecluster.compaction.table_sketches import read_columns, sample_files
 from lakecluster.config import Config
@@ -40,6 +42,7 @@ from lakecluster.schema import ColumnSpec
 from lakecluster.sketches import BoundarySketches
 from lakecluster.table import LakeTable, LogGap
 from lakecluster.table.paths import SIDE_FOLDER, SKETCHES
+from lakecluster.table.snapshot import Checkpoint, Unsupported, last_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +74,11 @@ class Erasure:
         self.config = config
         self.table = table
         self.rebuild_index = rebuild_index
-        marker = self._read_marker()
-        self.checked = marker if marker is not None else -1  # commits up to here are looked at
         self.pending: int | None = None  # the newest version that deleted rows and no pass covered
+        marker = self._read_marker()
+        if marker is None:  # no pass yet: the commits after the last checkpoint, and its tombstones
+            marker = self._since_checkpoint()
+        self.checked = marker  # commits up to here are looked at
         self.last_pass: float | None = None
         self.verify_at: int | None = None  # a pass's version whose sketch files are to be checked
 
@@ -88,6 +93,19 @@ class Erasure:
                 return int(json.loads(f.read())["version"])
         except (FileNotFoundError, KeyError, ValueError, TypeError):
             return None
+
+    def _since_checkpoint(self) -> int:
+        """The last checkpoint's version (-1: none): the commits after it are looked at as they
+        come; the removes it keeps (its tombstones, within Delta's tombstone retention) tell of
+        deletes before it, which make a pass due at once."""
+        location = self.table.delta
+        try:
+            checkpoint = last_checkpoint(location.fs, location.log_dir)
+        except (Unsupported, OSError):
+            return -1
+        if checkpoint.version >= 0 and _tombstones_deleted_rows(location.fs, location.log_dir, checkpoint):
+            self.pending = checkpoint.version
+        return checkpoint.version
 
     def _write_marker(self, version: int) -> None:
         fs, path = self.table.filesystem(self._marker_uri)
@@ -187,6 +205,22 @@ class Erasure:
             if info.is_file:  # sketches of releases before stream ids
                 fs.delete_file(info.path)
         return written
+
+
+def _tombstones_deleted_rows(fs: pafs.FileSystem, log_dir: str, checkpoint: Checkpoint) -> bool:
+    """Whether the checkpoint keeps a remove with ``dataChange`` (a delete before it)."""
+    if any("remove" in a and a["remove"].get("dataChange", True) is not False for a in checkpoint.actions):
+        return True
+    for name in checkpoint.parts:
+        parquet = pq.ParquetFile(fs.open_input_file(f"{log_dir}/{name}"))
+        remove = parquet.schema_arrow.field("remove").type if "remove" in parquet.schema_arrow.names else None
+        if remove is None or remove.get_field_index("dataChange") < 0:
+            continue
+        for batch in parquet.iter_batches(columns=["remove.dataChange"]):
+            changed = pc.struct_field(batch.column("remove"), "dataChange")
+            if pc.any(pc.fill_null(changed, False)).as_py():
+                return True
+    return False
 
 
 def _sketch(table: LakeTable, live: pa.Table, version: int, columns: list[ColumnSpec], k: int,

@@ -90,13 +90,6 @@ def create_table(spark, path: Path, *, partition_by: str = "", **properties: str
               f"TBLPROPERTIES ({pairs})")  # fmt: skip
 
 
-def deleted_in_json(spark, path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Deletion vectors from a DELETE and an UPDATE, in JSON commits after no checkpoint."""
-    with_deletion_vectors(spark, path)
-    spark.sql(f"DELETE FROM delta.`{path}` WHERE lo_quantity < 10")
-    spark.sql(f"UPDATE delta.`{path}` SET lo_discount = 0.99 WHERE lo_orderkey % 11 = 0")
-
-
 def deleted_in_checkpoint(spark, path: Path) -> None:  # type: ignore[no-untyped-def]
     """Partitioned, deletion vectors in a classic checkpoint and in the commits after it."""
     create_table(spark, path, partition_by="d_year", **{"delta.enableDeletionVectors": "true",
@@ -127,3 +120,50 @@ def files_with_vectors(spark, path: Path) -> int:  # type: ignore[no-untyped-def
     delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
     snapshot = delta_log.update(False, none, none)
     return int(snapshot.allFiles().filter("deletionVector IS NOT NULL").count())
+
+
+def _featured(properties: dict[str, str], *after: str, cluster_by: str = "", extra: str = "") -> Callable[..., None]:
+    """A builder: the generator's columns (and ``extra`` column definitions), ``properties``,
+    3,000 rows in 3 appends, then the SQL statements ``after`` (``{t}``: the table)."""
+
+    def build(spark, path: Path) -> None:  # type: ignore[no-untyped-def]
+        from lakecluster.schema import spark_ddl
+
+        columns = spark_ddl(SSB_COLUMNS) + (f", {extra}" if extra else "")
+        clustered = f"CLUSTER BY ({cluster_by})" if cluster_by else ""
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+        spark.sql(f"CREATE TABLE delta.`{path}` ({columns}) USING delta {clustered} "
+                  + (f"TBLPROPERTIES ({pairs})" if pairs else ""))  # fmt: skip
+        names = ", ".join(f"`{c.name}`" for c in SSB_COLUMNS)
+        rows = pa.Table.from_batches([generate(0, 3_000, GeneratorSettings(seed=9), SSB_COLUMNS)])
+        for part in range(3):
+            spark.createDataFrame(rows.slice(part * 1_000, 1_000)).createOrReplaceTempView("rows")
+            spark.sql(f"INSERT INTO delta.`{path}` ({names}) SELECT {names} FROM rows")
+        for statement in after:
+            spark.sql(statement.format(t=path))
+
+    return build
+
+
+# One table per Delta feature other writers bring (docs/storage.md, "Tables other writers share").
+FEATURES: dict[str, Callable[..., None]] = {
+    "deletion vectors": _featured({"delta.enableDeletionVectors": "true"},
+                                  "DELETE FROM delta.`{t}` WHERE lo_quantity < 10"),
+    "column mapping": _featured({"delta.columnMapping.mode": "name"},
+                                "ALTER TABLE delta.`{t}` ADD COLUMNS (note STRING)",
+                                "UPDATE delta.`{t}` SET note = 'n' WHERE lo_orderkey % 3 = 0"),
+    "row tracking": _featured({"delta.enableRowTracking": "true"},
+                              "UPDATE delta.`{t}` SET lo_quantity = lo_quantity + 1 WHERE lo_orderkey % 5 = 0"),
+    "type widening": _featured({"delta.enableTypeWidening": "true"},
+                               "ALTER TABLE delta.`{t}` ALTER COLUMN lo_linenumber TYPE BIGINT"),
+    "clustering": _featured({}, cluster_by="s_city, c_city, p_brand"),
+    "change data feed": _featured({"delta.enableChangeDataFeed": "true"},
+                                  "DELETE FROM delta.`{t}` WHERE lo_quantity < 5"),
+    "v2 checkpoints": _featured({"delta.checkpointPolicy": "v2", "delta.checkpointInterval": "2"}),
+    "in-commit timestamps": _featured({"delta.enableInCommitTimestamps": "true"}),
+    "check constraints": _featured({}, "ALTER TABLE delta.`{t}` ADD CONSTRAINT positive CHECK (lo_quantity > 0)"),
+    "generated columns": _featured({}, extra="lo_quantity_x2 INT GENERATED ALWAYS AS (lo_quantity * 2)"),
+    "identity columns": _featured({}, extra="row_no BIGINT GENERATED ALWAYS AS IDENTITY"),
+    "timestampNtz": _featured({}, "UPDATE delta.`{t}` SET local_time = TIMESTAMP_NTZ '2024-05-01 12:00:00' "
+                              "WHERE lo_orderkey % 2 = 0", extra="local_time TIMESTAMP_NTZ"),
+}  # fmt: skip

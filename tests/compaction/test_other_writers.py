@@ -48,19 +48,29 @@ def compact_all(compactor: Compactor, rounds: int = 6) -> list[GroupResult]:
     return results
 
 
-@pytest.mark.parametrize("engine", ["local", "tasks"])
+@pytest.mark.parametrize("engine", ["local", "tasks", "spark"])
 def test_compaction_purges_deletion_vectors_and_no_deleted_row_comes_back(  # type: ignore[no-untyped-def]
-    spark, tables: SharedTables, tmp_path: Path, engine: str
+    spark, tables: SharedTables, tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """In each rewrite: this process's, Spark tasks', and Spark's reader (Delta's own, for files
+    the tasks cannot read)."""
     table = tables.copy("dv", with_deletion_vectors, tmp_path / "t")
     spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_quantity < 10")
     assert files_with_vectors(spark, table), "the DELETE wrote no deletion vectors"
     expected = spark_rows(spark, table)
     assert 0 < sum(expected.values()) < 6_000
 
-    extra = {"compaction.local_rewrite_max_bytes": "0"} if engine == "tasks" else {}
+    extra = {"compaction.local_rewrite_max_bytes": "0"} if engine != "local" else {}
+    if engine == "spark":
+        def unreadable(*_: object) -> None:
+            raise pa.ArrowInvalid("the tasks cannot read these files")
+
+        monkeypatch.setattr(lakecluster.compaction.loop, "rewrite_in_tasks", unreadable)
     results = compact_all(Compactor(compaction_config(table, **extra), spark=spark))
     assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    engines = {json.loads(c["commitInfo"]["userMetadata"])["lakecluster"]["rewrite"] for c in commit_infos(table)
+               if "userMetadata" in c["commitInfo"] and "rewrite" in c["commitInfo"]["userMetadata"]}  # fmt: skip
+    assert engines == {engine}
     assert not files_with_vectors(spark, table)  # every file with a vector was rewritten without its deleted rows
 
     assert spark_rows(spark, table) == expected  # no row lost, none back, none twice
@@ -78,6 +88,12 @@ DML = {
               "AS s ON t.lo_orderkey = s.k WHEN MATCHED AND t.lo_orderkey % 2 = 0 THEN DELETE "
               "WHEN MATCHED THEN UPDATE SET t.lo_discount = 0.5"),
 }  # fmt: skip
+
+
+def commit_infos(table: Path) -> list[dict]:
+    """Every commit's commitInfo action, read from the log's files."""
+    return [json.loads(line) for f in sorted((table / "_delta_log").glob("*.json"))
+            for line in f.read_text().splitlines() if line.startswith('{"commitInfo"')]  # fmt: skip
 
 
 def run_dml_at(monkeypatch: pytest.MonkeyPatch, module: object, point: str, action: Callable[[], None]) -> list[str]:
@@ -113,6 +129,7 @@ def test_dml_landing_while_a_group_is_rewritten_makes_it_conflict_and_loses_noth
 
     def other_writer() -> None:
         spark.sql(DML[dml].format(t=table))
+        append_rows(spark, table, 10_000, 10_300)  # and an append beside it: both land
         after_dml["rows"] = spark_rows(spark, table)
 
     if window == "before the transaction":

@@ -1,5 +1,5 @@
-"""Tables delta-spark changed read right by every reader of lakecluster: deletion vectors (in JSON
-commits, a classic checkpoint, a V2 checkpoint with sidecars), column mapping with a renamed
+"""Tables delta-spark changed read right by every reader of lakecluster: deletion vectors (in a
+classic checkpoint and the commits after it, a V2 checkpoint with sidecars), column mapping with a renamed
 column, partitions keyed by physical names. The live files and their rows agree with Spark and
 DuckDB; the index never skips a file holding a matching live row, and reading its candidates
 gives exactly the rows Spark's filter gives."""
@@ -24,13 +24,12 @@ from lakecluster.schema import ColumnSpec
 from lakecluster.table import LakeTable
 from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
-from tests.delta_writer import SharedTables, deleted_in_checkpoint, deleted_in_json, duckdb_count, mapped_v2
+from tests.delta_writer import SharedTables, deleted_in_checkpoint, duckdb_count, mapped_v2
 
 pytestmark = pytest.mark.integration
 
-TABLES: dict[str, Callable[..., None]] = {
-    "json": deleted_in_json, "checkpoint": deleted_in_checkpoint, "v2-mapped": mapped_v2,
-}  # fmt: skip
+# Deletion vectors in JSON commits alone: tests/test_delta_features.py.
+TABLES: dict[str, Callable[..., None]] = {"checkpoint": deleted_in_checkpoint, "v2-mapped": mapped_v2}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +49,7 @@ def test_live_files_and_rows_agree_with_spark_and_duckdb(spark, tables: SharedTa
                                                          kind: str) -> None:  # fmt: skip
     table = tables.copy(kind, TABLES[kind], tmp_path / "t")
     city = "supplier_city" if kind == "v2-mapped" else "s_city"
-    partitions = [ColumnSpec("d_year", "int")] if kind != "json" else []
+    partitions = [ColumnSpec("d_year", "int")]
     live = LiveFiles(DeltaLocation(str(table), StorageConfig()), partitions, [ColumnSpec(city, "string")])
     version, files = live.snapshot()
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{table}`").collect()[0]
@@ -83,8 +82,7 @@ def test_the_index_keeps_every_file_with_matching_live_rows_and_reads_exactly_th
     # One more DELETE after the index's version: read from the log ("latest"), then synced as a segment.
     spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_orderkey % 4 = 0")
     wheres = [f"{city} = 'UNITED KI1'", f"{city} >= 'R' AND lo_quantity < 20"]
-    if kind != "json":
-        wheres.append("d_year = 1995")
+    wheres.append("d_year = 1995")
     for where in wheres:
         holding, _ = spark_files(spark, table, where)
         kept = {p.rsplit("/", 1)[-1] for p in prune(spec, where, index="latest").paths}
