@@ -97,7 +97,10 @@ def matching_files(tables: Sequence[pa.Table], columns: Sequence[ColumnSpec], ex
     )
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    con.register("t", data)
+    # Copied into a DuckDB table: a filter pushed into a scan of the Arrow table itself compares
+    # NaN otherwise (DuckDB 1.4.4 kept a row whose f is null for ``NOT (f > NaN)``).
+    con.register("arrow_rows", data)
+    con.execute("CREATE TABLE t AS SELECT * FROM arrow_rows")
     return {r[0] for r in con.execute(f"SELECT DISTINCT _file FROM t WHERE {P.to_sql(expr)}").fetchall()}
 
 
