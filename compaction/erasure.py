@@ -42,7 +42,7 @@ from lakecluster.schema import ColumnSpec
 from lakecluster.sketches import BoundarySketches
 from lakecluster.table import LakeTable, LogGap
 from lakecluster.table.paths import SIDE_FOLDER, SKETCHES
-from lakecluster.table.snapshot import Checkpoint, Unsupported, last_checkpoint
+from lakecluster.table.snapshot import Checkpoint, Unsupported, last_checkpoint, physical_names
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +198,7 @@ class Erasure:
             fresh.delta_version = max(version, latest.delta_version if latest is not None else -1)
             fresh.from_table = {c.name: version for c in columns} if stream == self.table.stream_id else {}
             fresh.erased_at = version
+            fresh.follow(physical_names(self.table.live_files().metadata))
             store.write(fresh, retain=1)
             written.append(stream)
         fs, legacy = self.table.filesystem(f"{self.table.uri}/{SIDE_FOLDER}/{SKETCHES}")

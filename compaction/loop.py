@@ -73,6 +73,7 @@ from lakecluster.table import LakeTable
 from lakecluster.table.deletion_vectors import file_keys
 from lakecluster.table.delta_schema import DeltaSchema
 from lakecluster.table.file_rows import RowTracking
+from lakecluster.table.snapshot import physical_names
 
 log = logging.getLogger(__name__)
 
@@ -354,13 +355,15 @@ class Compactor:
         """The boundary sketches of the clustering columns; those the stream never sketched (after a
         layout change, or on a table another writer filled) are built from the table first, once
         (``table_sketches.py``)."""
-        latest = self.store.latest()
         cols = self.config.table.clustering_columns
         version, files = self.live.snapshot()
+        physical = physical_names(self.live.metadata)  # a column renamed since keeps its sketch
+        latest = self.store.latest(physical)
         missing = lacking(latest, cols, files)
         if missing:
-            build_missing(self.config, self.table, files, version, [self.config.table.column(c) for c in missing])
-            latest = self.store.latest()
+            build_missing(self.config, self.table, files, version, [self.config.table.column(c) for c in missing],
+                          physical=physical)  # fmt: skip
+            latest = self.store.latest(physical)
         # A column that is null in every row has an empty sketch but counts its nulls: it ranks
         # every row 0, and compaction goes on with the other columns.
         if latest is None or any(c not in latest.sketches for c in cols) or all(

@@ -80,8 +80,8 @@ def read_columns(table: LakeTable, files: pa.Table, columns: Sequence[ColumnSpec
     return read_live(fs, root, live_refs(files), arrow_schema(tuple(columns)))
 
 
-def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int,
-                  missing: Sequence[ColumnSpec]) -> BoundarySketches:  # fmt: skip
+def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int, missing: Sequence[ColumnSpec], *,
+                  physical: Mapping[str, str] | None = None) -> BoundarySketches:  # fmt: skip
     """Sketch ``missing`` from a sample of the ``live`` files at ``version``, store them with the
     configured stream's sketches, and return that stored version.
 
@@ -95,7 +95,7 @@ def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int
     for c in missing:
         built.sketches[c.name].update(rows[c.name])
     store = table.sketches(table.stream_id)
-    stored = store.latest() or BoundarySketches({})
+    stored = store.latest(physical) or BoundarySketches({})
     for name, sketch in built.sketches.items():
         partial = stored.sketches.get(name)  # the stream's sketch of its newest rows only, if any
         if partial is not None and partial.kind == sketch.kind:
@@ -103,6 +103,8 @@ def build_missing(config: Config, table: LakeTable, live: pa.Table, version: int
         stored.sketches[name] = sketch
         stored.from_table[name] = version
     stored.delta_version = max(stored.delta_version, version)
+    if physical is not None:
+        stored.follow(physical)  # records every sketched column's physical name
     name = store.write(stored, retain=sk.retain_versions)
     size = int(np.nansum(chosen["size"].to_numpy(zero_copy_only=False)))
     log.warning(

@@ -633,6 +633,8 @@ class BoundarySketches:
     the stream had not sketched, built by the compactor) and the table version it read.
     ``erased_at``: the table version of the newest rebuild from the table's live rows these
     sketches descend from (compaction/erasure.py: after another writer deleted rows; -1: none).
+    ``physical``: each sketched column's physical name when it was written (column mapping), so
+    the sketch follows a rename (:meth:`follow`).
     """
 
     def __init__(
@@ -643,12 +645,30 @@ class BoundarySketches:
         stream_batch_id: int = -1,
         from_table: Mapping[str, int] | None = None,
         erased_at: int = -1,
+        physical: Mapping[str, str] | None = None,
     ) -> None:
         self.sketches = dict(sketches)
         self.delta_version = delta_version
         self.stream_batch_id = stream_batch_id
         self.from_table = dict(from_table or {})
         self.erased_at = erased_at
+        self.physical = dict(physical or {})
+
+    def follow(self, physical: Mapping[str, str]) -> list[tuple[str, str]]:
+        """Rename the sketches of columns the table renamed since they were written: ``physical``
+        maps the table's columns now to their physical names, which a rename keeps (column
+        mapping). Returns the (old, new) names moved; records the physical names from now on."""
+        now = {p: name for name, p in physical.items()}
+        moved = []
+        for name in list(self.sketches):
+            renamed = now.get(self.physical.get(name, ""))
+            if name not in physical and renamed is not None and renamed not in self.sketches:
+                self.sketches[renamed] = self.sketches.pop(name)
+                if name in self.from_table:
+                    self.from_table[renamed] = self.from_table.pop(name)
+                moved.append((name, renamed))
+        self.physical = {name: physical[name] for name in self.sketches if name in physical}
+        return moved
 
     def rows(self, column: str) -> int:
         """The values ``column``'s sketch has seen: nulls and NaN included (0 without a sketch)."""

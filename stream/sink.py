@@ -57,7 +57,8 @@ from lakecluster.stream.batch_task import (
 from lakecluster.stream.parse import ParseLimits
 from lakecluster.stream.source import Source
 from lakecluster.stream.task_files import TaskFiles
-from lakecluster.table import LakeTable, TableLog, load_or_empty, user_metadata
+from lakecluster.table import LakeTable, LogGap, TableLog, load_or_empty, user_metadata
+from lakecluster.table.snapshot import Unsupported, physical_names
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class StreamSink:
         self.source = source
         self.configured_columns = tuple(t.column(c) for c in t.clustering_columns)
         self.store = table.sketches(start.stream_id)
+        self._physical = _physical_names(table)
         self._load_sketches()
         self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         r = config.records
@@ -217,7 +219,8 @@ class StreamSink:
         """The newest sketch file (empty sketches for configured columns it lacks), and the columns
         the batches are sketched on from now (:meth:`_sketched`)."""
         sk = self.config.sketches
-        self.sketches = load_or_empty(self.store, self.configured_columns, k=sk.k, max_string_chars=sk.max_string_chars)
+        self.sketches = load_or_empty(self.store, self.configured_columns, k=sk.k, max_string_chars=sk.max_string_chars,
+                                      physical=self._physical)  # fmt: skip
         self.sketch_columns = self._sketched()
 
     def _sketched(self) -> tuple[ColumnSpec, ...]:
@@ -393,6 +396,15 @@ def empty_headers_not_null(frame: DataFrame) -> DataFrame:
         return frame
     empty = F.array().cast(frame.schema["headers"].dataType)
     return frame.withColumn("headers", F.coalesce(F.col("headers"), empty))
+
+
+def _physical_names(table: LakeTable) -> dict[str, str] | None:
+    """The table's columns' physical names (column mapping): the sketch files record them, so a
+    sketch follows its column's rename. None when the log cannot say (a table not there yet)."""
+    try:
+        return physical_names(table.delta.metadata())
+    except (Unsupported, LogGap):
+        return None
 
 
 def _at_least(version: int | None, wanted: int) -> bool:

@@ -20,6 +20,7 @@ from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.paths import TablePaths
 from lakecluster.table.sketch_store import SketchStore
+from lakecluster.table.snapshot import physical_names
 from lakecluster.table.spec import TableSpec
 from lakecluster.table.state import Backlog, CommitHistory, IndexState, TableState
 from lakecluster.uris import is_local
@@ -173,7 +174,7 @@ class LakeTable:
         """
         live = self.live_files()
         version, files = live.snapshot()
-        sketches = self.sketches().latest()
+        sketches = self.sketches().latest(physical_names(live.metadata))
         index_state = index() if index is not None else None
         small = self.config.compaction.min_file_bytes if small_file_bytes is None else small_file_bytes
         key = (version, None if sketches is None else sketches.delta_version, index_state, small, backlog is None)

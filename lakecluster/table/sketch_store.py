@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 
 import pyarrow.fs as pafs
 
@@ -52,10 +53,18 @@ class SketchStore:
         infos = self._list(directory or self.directory)
         return sorted(i.base_name for i in infos if i.base_name.startswith("v") and i.base_name.endswith(_SUFFIX))
 
-    def latest(self) -> BoundarySketches | None:
+    def latest(self, physical: Mapping[str, str] | None = None) -> BoundarySketches | None:
+        """The newest sketches (of the stream, or every stream's merged); with ``physical`` (the
+        table's columns and their physical names now), each file's sketches under the names the
+        table gives their columns now (``BoundarySketches.follow``: a column renamed since)."""
         if self.stream_id:
             names = self._names()
-            return self.read(f"{self.directory}/{names[-1]}") if names else None
+            if not names:
+                return None
+            found = self.read(f"{self.directory}/{names[-1]}")
+            if physical is not None:
+                found.follow(physical)
+            return found
         infos = self._list(self.streams)
         directories = [self.legacy] + [f"{i.path}/{SKETCHES}" for i in infos if i.type == pafs.FileType.Directory]
         merged: BoundarySketches | None = None
@@ -64,6 +73,8 @@ class SketchStore:
             if not names:
                 continue
             found = self.read(f"{directory}/{names[-1]}")
+            if physical is not None:
+                found.follow(physical)
             if merged is None:
                 merged = found
             else:
@@ -73,6 +84,7 @@ class SketchStore:
                 taken = {name: s for name, s in found.sketches.items() if name not in merged.sketches}
                 merged.sketches.update(taken)
                 merged.from_table.update({name: v for name, v in found.from_table.items() if name in taken})
+                merged.physical.update({name: p for name, p in found.physical.items() if name in taken})
                 merged.delta_version = max(merged.delta_version, found.delta_version)
         return merged
 
@@ -92,7 +104,8 @@ class SketchStore:
         return BoundarySketches(sketches, delta_version=header["delta_version"],
                                 stream_batch_id=header["stream_batch_id"],
                                 from_table=header.get("from_table", {}),
-                                erased_at=int(header.get("erased_at", -1)))  # fmt: skip
+                                erased_at=int(header.get("erased_at", -1)),
+                                physical=header.get("physical", {}))  # fmt: skip
 
     def newest(self) -> str | None:
         """The name of this stream's newest sketch file (None: there is none)."""
@@ -112,6 +125,7 @@ class SketchStore:
             "stream_batch_id": sketches.stream_batch_id,
             "from_table": sketches.from_table,
             "erased_at": sketches.erased_at,
+            "physical": sketches.physical,
             "written_at": time.time(),
             "columns": columns,
         }).encode()  # fmt: skip
@@ -134,16 +148,20 @@ class SketchStore:
 
 
 def load_or_empty(
-    store: SketchStore, columns: tuple[ColumnSpec, ...], *, k: int, max_string_chars: int = MAX_STRING_CHARS_DEFAULT
+    store: SketchStore, columns: tuple[ColumnSpec, ...], *, k: int, max_string_chars: int = MAX_STRING_CHARS_DEFAULT,
+    physical: Mapping[str, str] | None = None,
 ) -> BoundarySketches:
     """The latest sketches, with an empty sketch for any clustering column not in them yet.
 
     Columns of the file that are not among ``columns`` are kept as they are: a stream started with
     other clustering columns writes them on, so the sketches the compactor built from the table for
     a layout change are not lost when a stream still running with the old columns writes its next
-    file."""
-    latest = store.latest()
+    file. With ``physical`` (the table's columns' physical names), a renamed column's sketch
+    follows the rename, and the file written next records them."""
+    latest = store.latest(physical)
     fresh = BoundarySketches.empty(columns, k=k, max_string_chars=max_string_chars)
+    if physical is not None:
+        fresh.physical = {c.name: physical[c.name] for c in columns if c.name in physical}
     if latest is None:
         return fresh
     for c in columns:
@@ -157,4 +175,5 @@ def load_or_empty(
     fresh.from_table = {name: v for name, v in latest.from_table.items() if name in kept}
     fresh.delta_version, fresh.stream_batch_id = latest.delta_version, latest.stream_batch_id
     fresh.erased_at = latest.erased_at
+    fresh.physical = {**latest.physical, **fresh.physical}
     return fresh

@@ -19,6 +19,7 @@ from lakecluster.compaction.loop import Compactor, GroupResult
 from lakecluster.errors import UnsupportedTableError
 from lakecluster.schema import spark_ddl
 from lakecluster.stream.ssb import SSB_COLUMNS
+from lakecluster.table import LakeTable
 from tests.delta_writer import (
     SharedTables,
     append_rows,
@@ -290,3 +291,38 @@ def test_a_writer_feature_the_rewrites_do_not_keep_is_refused_before_any_work(  
     with pytest.raises(UnsupportedTableError, match=r"writer feature\(s\) deletionVectors, which the compactor"):
         Compactor(compaction_config(table), spark=spark).run_once()
     assert DeltaTable(str(table)).version() == version  # nothing written
+
+
+def test_the_sketch_of_a_renamed_clustering_column_follows_the_rename(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Column mapping keeps a renamed column's physical name: the stream recorded it in its sketch
+    file, and the compactor clusters by the new name with the stream's sketch, not one rebuilt."""
+    import logging
+    from dataclasses import replace
+
+    from lakecluster.config import DEFAULT_COLUMNS
+    from lakecluster.stream.job import StreamJob
+    from tests.delta_writer import create_table
+    from tests.generated_tables import generator_config
+
+    table = tmp_path / "t"
+    create_table(spark, table, **{"delta.columnMapping.mode": "name"})
+    StreamJob(generator_config(table, rows=4_000, per_batch=2_000, **{"table.partition_by": "[]"}), spark=spark,
+              available_now=True).run()  # fmt: skip
+    streamed = LakeTable(compaction_config(table)).sketches().latest()
+    assert streamed is not None and streamed.sketches["s_city"].n == 4_000
+    spark.sql(f"ALTER TABLE delta.`{table}` RENAME COLUMN s_city TO supplier_city")
+
+    columns = tuple(replace(c, name="supplier_city") if c.name == "s_city" else c for c in DEFAULT_COLUMNS)
+    renamed = replace(compaction_config(table), table=replace(compaction_config(table).table, columns=columns,
+                      clustering_columns=("supplier_city", "c_city", "p_brand")))  # fmt: skip
+    before = spark_rows(spark, table)
+    compactor = Compactor(renamed, spark=spark)
+    with caplog.at_level(logging.WARNING):
+        sketches = compactor.sketches()
+    assert sketches.sketches["supplier_city"].n == 4_000 and "supplier_city" not in sketches.from_table
+    assert "built from the table" not in caplog.text
+    results = compact_all(compactor)
+    assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    assert spark_rows(spark, table) == before
