@@ -27,7 +27,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +39,7 @@ from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, cardinalities, d
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
 from lakecluster.table.metadata import table_properties
-from lakecluster.table.snapshot import ROW_TRACKING, Metadata, parse_stats
+from lakecluster.table.snapshot import ROW_TRACKING, Metadata, parse_stats, physical_names
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,11 @@ class LiveFiles:
         """Rows from ``add`` actions read from the JSON commits (stats as JSON text)."""
         if not adds:
             return self._empty()
-        stats = parse_stats(pa.array([a.get("stats") for a in adds], pa.string()), self.stats_columns, False)
+        # The log keys stats and partition values by physical names (column mapping), as in the
+        # snapshot: a change of them is a metadata change, so the last full read's names hold.
+        physical = physical_names(self.metadata)
+        logged = [replace(c, name=physical.get(c.name, c.name)) for c in self.stats_columns]
+        stats = parse_stats(pa.array([a.get("stats") for a in adds], pa.string()), logged, False)
         paths = pa.array([a["path"] for a in adds], pa.string())
         vectors = descriptors([a.get("deletionVector") for a in adds])
         cols: dict[str, pa.Array] = {
@@ -172,13 +176,14 @@ class LiveFiles:
             **{name: pa.array([a.get(key) for a in adds], pa.int64()) for key, name in ROW_TRACKING.items()},
         }
         for p in self.partition_by:
-            typed = partition_array(p, [(a.get("partitionValues") or {}).get(p.name) for a in adds])
+            key = physical.get(p.name, p.name)
+            typed = partition_array(p, [(a.get("partitionValues") or {}).get(key) for a in adds])
             cols[f"partition.{p.name}"] = pa.array([None if v is None else str(v) for v in typed.to_pylist()],
                                                    pa.string())  # fmt: skip
         cols.update(_runs(paths))
-        for c in self.stats_columns:
+        for c, as_logged in zip(self.stats_columns, logged, strict=True):
             for bound in ("min", "max"):
-                cols[f"{bound}.{c.name}"] = stats[f"{bound}.{c.name}"]
+                cols[f"{bound}.{c.name}"] = stats[f"{bound}.{as_logged.name}"]
         return pa.table(cols, schema=self._schema())
 
 

@@ -5,6 +5,7 @@ never duplicates a row, whether the DML lands before the rewrite's transaction s
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -197,6 +198,41 @@ def test_column_mapping_renames_drops_and_widened_types_keep_every_value(spark, 
     quantity = sorted(columns).index("lo_quantity")  # spark_rows orders the columns by name
     assert duckdb_count(table, "lo_quantity > 3000000000") == sum(n for r, n in before.items()
                                                                   if r[quantity] > 3_000_000_000) > 0
+
+
+def test_files_landing_between_rounds_of_a_partitioned_mapped_table_keep_their_partitions(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path
+) -> None:
+    """Under column mapping the log keys partition values and stats by physical names, in the
+    commits the compactor reads after its first snapshot as in the snapshot: files another writer
+    adds (or re-adds with a deletion vector) between rounds are grouped in their own partition, and
+    their rows keep their partition values through the rewrite."""
+    from tests.delta_writer import create_table
+
+    table = tmp_path / "t"
+    create_table(spark, table, partition_by="d_year", **{"delta.columnMapping.mode": "name",
+                                                         "delta.enableDeletionVectors": "true"})  # fmt: skip
+    append_rows(spark, table, 0, 1_000)
+    compactor = Compactor(compaction_config(table, **{"table.partition_by": '["d_year"]'}), spark=spark)
+    compactor.run_once()  # the first round reads the whole snapshot
+    append_rows(spark, table, 1_000, 4_000, parts=3, seed=10)  # then files land in commits
+    spark.sql(f"DELETE FROM delta.`{table}` WHERE lo_quantity < 10")
+    before = spark_rows(spark, table)
+
+    live = LakeTable(compactor.config).live_files()
+    live.snapshot()
+    append_rows(spark, table, 4_000, 4_500, seed=11)
+    _, files = live.snapshot()  # brought forward by the commit
+    assert files["partition.d_year"].null_count == 0
+    assert files["min.s_city"].null_count == 0
+
+    results = compact_all(compactor)
+    assert any(r.result == "committed" for r in results), [r.describe() for r in results]
+    after = spark_rows(spark, table)
+    years = sorted(spark.read.format("delta").load(str(table)).columns).index("d_year")
+    assert sum(n for r, n in after.items() if r[years] is None) == 0
+    assert sum(after.values()) == sum(before.values()) + 500 == duckdb_count(table)
+    assert Counter({r: n for r, n in after.items() if r in before}) == before
 
 
 def test_compacted_files_whose_rows_a_delete_erased_are_purged_past_the_threshold(spark, tables: SharedTables,  # type: ignore[no-untyped-def]
