@@ -7,7 +7,8 @@ So the stored index must be the table's (``sync.identity``) and hold every candi
 result of ``prune`` built in memory, or with new files read from the log, is read after a sync.
 Each candidate is read as the table's latest version holds it (its deletion vector there); one
 that version no longer holds (rewritten or deleted since the index's version) means the index is
-behind: sync and prune again.
+behind: sync and prune again. So does a change of the table's columns since the index's version
+(one renamed, dropped, retyped or added): Delta's reader names and types them as the table does now.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from lakecluster.delta_txn import files_frame
 from lakecluster.errors import StatsIndexError
 from lakecluster.index.encoding import decode_array
 from lakecluster.index.prune import PruneResult
-from lakecluster.index.spec import IndexSpec
+from lakecluster.index.spec import IndexSpec, schema_string_columns
+from lakecluster.index.store import Manifest
 from lakecluster.index.sync import identity, store_for
 from lakecluster.schema import spark_ddl, spark_sql_type
+from lakecluster.table.snapshot import Metadata, physical_names
 
 
 def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -> DataFrame:
@@ -56,16 +59,20 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
         raise StatsIndexError(f"{len(absent)} candidate file(s) (such as {absent[0]}) are not in the stored index "
                               f"at version {manifest.delta_version}: prune with index='sync' (or run "
                               "`lakecluster index sync`) before reading them")  # fmt: skip
-    adds = _latest_adds(spec, candidates.to_pylist(), manifest.partition_by)
+    adds, metadata = _latest_adds(spec, candidates.to_pylist(), manifest.partition_by)
+    if changed := _columns_changed(manifest, metadata):
+        raise StatsIndexError(f"the table's columns changed since the index's version {manifest.delta_version} "
+                              f"({changed}): sync the index (`lakecluster index sync`) and prune again")  # fmt: skip
     groups: dict[tuple, list[str]] = defaultdict(list)
     for f in candidates.to_pylist():
         groups[tuple(values[f].get(p) for p in manifest.partition_by)].append(f)
     frames = []
     for key, files in groups.items():
         df = files_frame(spark, base, [adds[f] for f in files])
-        present = set(df.columns)
-        df = df.select(*[(F.col(f"`{c.name}`") if c.name in present else F.lit(None))
-                         .cast(spark_sql_type(c)).alias(c.name) for c in data_columns])  # fmt: skip
+        if absent := [c.name for c in data_columns if c.name not in df.columns]:  # renamed since the check above
+            raise StatsIndexError(f"the table has no column {absent[0]} now, the index's version "
+                                  f"{manifest.delta_version} has: sync the index and prune again")  # fmt: skip
+        df = df.select(*[F.col(f"`{c.name}`").cast(spark_sql_type(c)).alias(c.name) for c in data_columns])
         for p, v in zip(manifest.partition_by, key, strict=True):
             df = df.withColumn(p, F.lit(v).cast(spark_sql_type(by_name[p])))
         frames.append(df.select(*[c.name for c in columns]))
@@ -75,16 +82,38 @@ def read_candidates(spark: SparkSession, spec: IndexSpec, result: PruneResult) -
     return out
 
 
-def _latest_adds(spec: IndexSpec, paths: list[str], partition_by: list[str]) -> dict[str, dict]:
+def _columns_changed(manifest: Manifest, metadata: Metadata) -> str:
+    """How the table's columns at ``metadata``'s version differ from those the index recorded
+    ("" when they do not): Delta's reader names and types a file's columns as the table does now,
+    so a column renamed, dropped, retyped or added since would be read as null or missed."""
+    now = {c.name: c.type for c in schema_string_columns(metadata.schema_string)}
+    physical = physical_names(metadata)
+    recorded = manifest.physical_names()
+    by_physical = {physical.get(name, name): name for name in now}
+    for c in manifest.columns():
+        name = by_physical.get(recorded[c.name])
+        if name is None:
+            return f"{c.name} was dropped"
+        if name != c.name:
+            return f"{c.name} was renamed to {name}"
+        if now[name] != c.type:
+            return f"{c.name} is {now[name]} now, not {c.type}"
+    if added := sorted(set(now) - {c.name for c in manifest.columns()}):
+        return f"{', '.join(added)} added"
+    return ""
+
+
+def _latest_adds(spec: IndexSpec, paths: list[str], partition_by: list[str]) -> tuple[dict[str, dict], Metadata]:
     """Each candidate's ``add`` fields (path, partition values, size, deletion vector) at the
-    table's latest version."""
-    version, live = spec.table.live_files().snapshot()
+    table's latest version, and the table's metadata there."""
+    version, live, metadata = spec.table.live_files().snapshot_with_metadata()
     rows = live.filter(pc.is_in(live["path"], value_set=pa.array(paths, pa.string())))
     found = {r["path"]: r for r in rows.to_pylist()}
     if absent := [p for p in paths if p not in found]:
         raise StatsIndexError(f"{len(absent)} candidate file(s) (such as {absent[0]}) are no longer in the table "
                               f"at version {version}: sync the index (`lakecluster index sync`) and prune again")
+    physical = physical_names(metadata)  # the log's (and Delta's reader's) keys of partition values
     return {p: {"path": p, "size": found[p]["size"],
-                "partitionValues": {c: found[p].get(f"partition.{c}") for c in partition_by},
+                "partitionValues": {physical.get(c, c): found[p].get(f"partition.{c}") for c in partition_by},
                 **({"deletionVector": found[p]["deletion_vector"]} if found[p]["deletion_vector"] else {})}
-            for p in paths}  # fmt: skip
+            for p in paths}, metadata  # fmt: skip

@@ -88,6 +88,11 @@ class LiveFiles:
         with self._lock:
             return self._refresh(), self.table
 
+    def snapshot_with_metadata(self) -> tuple[int, pa.Table, Metadata]:
+        """(latest version, its live files, the table's metadata there), read together."""
+        with self._lock:
+            return self._refresh(), self.table, self.metadata
+
     def _schema(self) -> pa.Schema:
         return _rows_schema(self.partition_by, self.stats_columns)
 

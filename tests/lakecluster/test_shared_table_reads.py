@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakecluster.config import StorageConfig
-from lakecluster.errors import UnsupportedTableError
+from lakecluster.errors import StatsIndexError, UnsupportedTableError
 from lakecluster.index.prune import prune
 from lakecluster.index.reader import read_candidates
 from lakecluster.index.spec import IndexSpec
@@ -30,6 +30,9 @@ pytestmark = pytest.mark.integration
 
 # Deletion vectors in JSON commits alone: tests/test_delta_features.py.
 TABLES: dict[str, Callable[..., None]] = {"checkpoint": deleted_in_checkpoint, "v2-mapped": mapped_v2}
+# A change of the columns after the index's version, and how the index's reader names it.
+CHANGES = {"checkpoint": ("ADD COLUMNS (extra STRING)", "extra added", "lo_quantity"),
+           "v2-mapped": ("RENAME COLUMN lo_quantity TO quantity", "lo_quantity was renamed to quantity", "quantity")}
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +89,20 @@ def test_live_files_rows_and_the_index_agree_with_spark_and_duckdb(spark, tables
         result = prune(spec, where, index="stored")
         assert holding <= {p.rsplit("/", 1)[-1] for p in result.paths}, where
         assert read_candidates(spark, spec, result).where(where).count() == rows, where
+
+    # Delta's reader names a file's columns as the table does now: the columns changed between
+    # prune and the read, the index's reader refuses (never a renamed column read as null, never
+    # one missed), and reads again once synced.
+    change, named, quantity = CHANGES[kind]
+    result = prune(spec, wheres[1], index="stored")
+    spark.sql(f"ALTER TABLE delta.`{table}` {change}")
+    with pytest.raises(StatsIndexError, match=f"{named}.*sync the index"):
+        read_candidates(spark, spec, result)
+    sync(spec)
+    where = f"{city} >= 'R' AND {quantity} < 20"
+    _, rows = spark_files(spark, table, where)
+    assert rows > 0
+    assert read_candidates(spark, spec, prune(spec, where, index="stored")).where(where).count() == rows
 
 
 def test_a_reader_feature_lakecluster_does_not_read_is_refused_in_one_line(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
