@@ -15,16 +15,16 @@ import pytest
 from tests.prometheus import Prometheus, start_prometheus
 from tests.services.alertmanager import Alertmanager, WebhookReceiver
 from tests.services.kafka import KafkaBroker
-from tests.services.process import TEST_JIT
+from tests.services.process import TEST_JVM
 from tests.services.s3 import S3Server, unique_prefix
 
 REPO = Path(__file__).resolve().parent.parent
 
 # Every Spark driver the tests start (the session below and each `lakecluster` subprocess, which
-# inherit the environment) gets the tests' JIT setting: Spark's launcher adds SPARK_SUBMIT_OPTS to
+# inherit the environment) gets the tests' JVM options: Spark's launcher adds SPARK_SUBMIT_OPTS to
 # the driver's command line.
-if TEST_JIT not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {TEST_JIT}".strip()
+if TEST_JVM not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} {TEST_JVM}".strip()
 
 # The driver's class archive, written by a short JVM before the workers start theirs: a JVM that
 # starts without one records its classes for a dump at exit and runs without class sharing until

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL
-from tests.services.process import TEST_JIT
+from tests.services.process import TEST_JVM
 from tests.services.s3 import S3Server
 from tests.services.spark_cluster import SparkCluster
 
@@ -43,7 +43,7 @@ def test_stream_compact_explain_vacuum_and_status_run_on_a_standalone_cluster(
         **SMALL, "table.path": uri, "table.partition_by": "[]", "spark.master": cluster.master_url,
         "source.generator.max_rows": str(ROWS), "source.generator.max_rows_per_trigger": "2000",
         "source.generator.partitions": "2", "stream.max_records_per_file": "250",
-        "spark.java_options": TEST_JIT,  # the executors' JIT too
+        "spark.java_options": TEST_JVM,  # the executors' JVM options too
     }  # fmt: skip
     args = [f"--set={k}={v}" for k, v in settings.items()]
 

@@ -39,9 +39,9 @@ COORDINATES = (
     Coordinate("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
 )
 JVM_OPTIONS = (
-    "-Xmx512m", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
+    "-Xmx512m", "-Xms128m", "-Djava.awt.headless=true",
     "-XX:-UsePerfData",  # no /tmp/hsperfdata_* file left behind by a killed broker
-    process.TEST_JIT,
+    *process.TEST_JVM.split(),
 )  # fmt: skip
 COMPRESSIONS = ("gzip", "snappy", "lz4", "zstd")
 
@@ -197,7 +197,7 @@ class KafkaBroker:
     def format_storage(self) -> None:
         """``kafka-storage.sh format --standalone``: write meta.properties and the one-voter quorum."""
         command = [
-            java_tool("java"), "-Xmx256m", process.TEST_JIT, "-XX:-UsePerfData",
+            java_tool("java"), "-Xmx256m", *process.TEST_JVM.split(), "-XX:-UsePerfData",
             *self._cds_options(dump=False),
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp", self.classpath, "kafka.tools.StorageTool",

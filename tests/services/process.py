@@ -17,11 +17,18 @@ from pathlib import Path
 
 from tests.services.ports import is_listening
 
-# The JIT of every test JVM (Spark drivers and executors, the broker, the cluster's daemons): C1
-# only. Test JVMs live seconds to minutes on kilobytes, and C2's compilations cost more CPU than
-# they save (a 6,000-row `stream --available-now`: 39 CPU-seconds with both compilers, 22 with
-# C1). The JIT tier changes no behaviour.
-TEST_JIT = "-XX:TieredStopAtLevel=1"
+# The JIT and the collector of every test JVM (Spark drivers and executors, the broker, the
+# cluster's daemons), chosen for CPU: the suite runs three workers on two cores, so every
+# CPU-second a JVM spends on itself is wall time. None of them changes any behaviour.
+# - C1 only: test JVMs live seconds to minutes on kilobytes, and C2's compilations cost more than
+#   they save (a 6,000-row `stream --available-now`: 39 CPU-seconds with both compilers, 22 with C1).
+# - C1 alone shrinks the code cache to 48 MiB by default, which a test process's Spark session
+#   fills (Spark generates code per query): the JVM's sweeper then flushes and the JIT recompiles
+#   all the time, a fifth of a worker JVM's CPU. Hence 256 MiB.
+# - The serial collector: G1's concurrent marking and parallel threads cost more than the pauses
+#   they avoid on a small heap. tests/compaction/test_other_writers.py in one process: 312
+#   CPU-seconds and 214 s before these two, 219 and 168 after.
+TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m -XX:+UseSerialGC"
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

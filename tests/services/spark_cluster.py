@@ -43,7 +43,7 @@ class SparkCluster:
         env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
         env["PYSPARK_PYTHON"] = sys.executable  # executors' Python workers import lakecluster
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
-        env["SPARK_DAEMON_JAVA_OPTS"] = process.TEST_JIT
+        env["SPARK_DAEMON_JAVA_OPTS"] = process.TEST_JVM
         return env
 
     def start(self, timeout_s: float = 120) -> SparkCluster:
