@@ -150,7 +150,11 @@ def spark():  # type: ignore[no-untyped-def]
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
 
-    session = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
+    # Delta rebuilds a snapshot in snapshotPartitions tasks (lakecluster's default 4, for logs of
+    # production size): on the tests' small logs one task does it, a sixth less of the JVM's CPU
+    # (tests/compaction/test_other_writers.py in one process: 221 CPU-seconds with 4, 185 with 1).
+    session = get_session(SparkConfig(master="local[2]", conf={
+        "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "1"}))  # fmt: skip
     yield session
     session.stop()
 
