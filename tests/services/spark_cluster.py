@@ -85,6 +85,8 @@ class SparkCluster:
                 last = f"{len(alive)} of {self.workers} workers alive"
             except OSError as e:
                 last = str(e)
+            except ValueError:  # JSON: the UI serves the master's HTML page there until /json/ is attached
+                last = "master's status page not ready"
             time.sleep(0.5)
         raise SparkClusterError(f"cluster not ready after {timeout_s:g}s ({last})\n{self.log_tail('master')}")
 
