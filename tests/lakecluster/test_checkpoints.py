@@ -22,8 +22,10 @@ CHECKPOINTS = 3  # the old store let readers open 124 half-written files in 20 c
 
 
 def _poll_raw(log: Path, stop: threading.Event, failures: list[str], seen: set[str]) -> None:
-    """Open every checkpoint the moment it is listed, and ``_last_checkpoint`` each time."""
-    while not stop.is_set():
+    """Open every checkpoint the moment it is listed, and ``_last_checkpoint`` each time; one more
+    look after ``stop`` (the last checkpoint may land just before it, while this thread waits)."""
+    while True:
+        last_look = stop.is_set()
         for path in log.glob("*.checkpoint.parquet"):
             if path.name in seen:
                 continue
@@ -41,6 +43,8 @@ def _poll_raw(log: Path, stop: threading.Event, failures: list[str], seen: set[s
             pass
         except ValueError as e:
             failures.append(f"_last_checkpoint: {e}")
+        if last_look:
+            return
         time.sleep(0.005)  # often enough to land inside a write of tens of milliseconds
 
 
