@@ -173,8 +173,8 @@ class LakeTable:
             TableNotFoundError: there is no table.
         """
         live = self.live_files()
-        version, files = live.snapshot()
-        sketches = self.sketches().latest(physical_names(live.metadata))
+        version, files, metadata = live.snapshot_with_metadata()
+        sketches = self.sketches().latest(physical_names(metadata))
         index_state = index() if index is not None else None
         small = self.config.compaction.min_file_bytes if small_file_bytes is None else small_file_bytes
         key = (version, None if sketches is None else sketches.delta_version, index_state, small, backlog is None)

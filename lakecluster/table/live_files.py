@@ -85,11 +85,12 @@ class LiveFiles:
 
     def snapshot(self) -> tuple[int, pa.Table]:
         """(latest version, its live files), brought up to date first."""
-        with self._lock:
-            return self._refresh(), self.table
+        version, table, _ = self.snapshot_with_metadata()
+        return version, table
 
     def snapshot_with_metadata(self) -> tuple[int, pa.Table, Metadata]:
-        """(latest version, its live files, the table's metadata there), read together."""
+        """(latest version, its live files, the table's metadata there), brought up to date
+        first and read together (another thread may refresh the view in between)."""
         with self._lock:
             return self._refresh(), self.table, self.metadata
 
