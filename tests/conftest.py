@@ -153,8 +153,14 @@ def spark():  # type: ignore[no-untyped-def]
     # Delta rebuilds a snapshot in snapshotPartitions tasks (lakecluster's default 4, for logs of
     # production size): on the tests' small logs one task does it, a sixth less of the JVM's CPU
     # (tests/compaction/test_other_writers.py in one process: 221 CPU-seconds with 4, 185 with 1).
+    # Expressions are evaluated interpreted, no Java generated per query: on tables of a few
+    # thousand rows generating the code costs more than running it (Spark's CodeFormatter alone was
+    # a sixth of this JVM's samples; test_other_writers.py: 160 CPU-seconds against 178). Both modes
+    # give the same results; the `lakecluster` subprocesses, which stream more rows, keep Spark's
+    # generated code (interpreted, a full run took more CPU, not less).
     session = get_session(SparkConfig(master="local[2]", conf={
-        "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "1"}))  # fmt: skip
+        "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "1",
+        "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}))  # fmt: skip
     yield session
     session.stop()
 
