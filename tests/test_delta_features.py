@@ -52,9 +52,13 @@ def tables(spark, tmp_path_factory: pytest.TempPathFactory) -> SharedTables:  # 
     return SharedTables(spark, tmp_path_factory.mktemp("features"))
 
 
-def holding(spark, table: Path, where: str) -> tuple[set[str], int]:  # type: ignore[no-untyped-def]
-    """The files holding live rows that match ``where``, and those rows, as Spark reads them."""
-    frame = spark.read.format("delta").load(str(table)).where(where).select(F.input_file_name().alias("f"))
+def matching(spark, table: Path, where: str):  # type: ignore[no-untyped-def]
+    """The live rows that match ``where`` as Spark reads them, each as the name of its file."""
+    return spark.read.format("delta").load(str(table)).where(where).select(F.input_file_name().alias("f"))
+
+
+def holding(frame) -> tuple[set[str], int]:  # type: ignore[no-untyped-def]
+    """Runs ``matching``'s ``frame``: the files holding its rows, and the rows."""
     names = Counter(r["f"].rsplit("/", 1)[-1] for r in frame.collect())
     return set(names), sum(names.values())
 
@@ -75,10 +79,10 @@ def test_every_part_on_a_table_with(feature: str, spark, tables: SharedTables, t
     # the index and explain: no file with a matching row skipped, exactly the matching rows read
     spec = IndexSpec.of(LakeTable(config))
     sync(spec)
-    files, matching = holding(spark, table, WHERE)
+    files, rows_matching = holding(matching(spark, table, WHERE))
     result = prune(spec, WHERE, index="stored")
     assert files <= {p.rsplit("/", 1)[-1] for p in result.paths}
-    assert read_candidates(spark, spec, result).where(WHERE).count() == matching > 0
+    assert read_candidates(spark, spec, result).where(WHERE).count() == rows_matching > 0
 
     # the compactor: every row kept, in fewer files
     compactor = Compactor(config, spark=spark)
@@ -132,8 +136,8 @@ def test_a_table_with_deletion_vectors_compacted_as_delta_compacts_it_and_explai
     spec = IndexSpec.of(LakeTable(config))
     sync(spec)
     for where in PREDICATES:
-        frame = spark.read.format("delta").load(str(ours)).where(where).select(F.input_file_name().alias("f"))
-        files = {r["f"].rsplit("/", 1)[-1] for r in frame.collect()}  # the files holding matching live rows
+        frame = matching(spark, ours, where)
+        files, _ = holding(frame)  # the files holding matching live rows
         kept = prune(spec, where, index="stored")
         assert files <= {p.rsplit("/", 1)[-1] for p in kept.paths}, where
         assert len(kept.paths) <= files_scanned(frame), where
