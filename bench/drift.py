@@ -522,7 +522,7 @@ def main() -> None:
     plan = schedule(args.rounds, args.switch, args.queries_per_round, args.seed)
     if args.child:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-        logging.getLogger("lakecluster.compaction.auto_layout").setLevel(logging.INFO)  # every decision
+        logging.getLogger("lakecluster.layout.auto_layout").setLevel(logging.INFO)  # every decision
         work = Path(args.work)
         setup = json.loads((work / "setup.json").read_text())
         with (work / "records.jsonl").open("a") as out:

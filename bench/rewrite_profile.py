@@ -115,8 +115,8 @@ def stage_seconds(event_dir: Path, since_ms: float, until_ms: float) -> dict[str
 def profile_compactor(spark: Any, table: Any, files: int, source: Path, work: Path, event_dir: Path,
                       engine: str) -> tuple[float, dict[str, float]]:  # fmt: skip
     """One compactor round (``engine``: local or spark) and its seconds by phase."""
+    from lakecluster.clustering import ClusteringLayout
     from lakecluster.compaction import loop, rewrite_local
-    from lakecluster.layout import ClusteringLayout
 
     timer = PhaseTimer()
     timer.wrap(loop.Compactor, "plan", "plan the round (Delta log)")

@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.ingest import write_section  # noqa: E402
+from lakecluster.clustering import ClusteringLayout  # noqa: E402
 from lakecluster.compaction.rewrite_local import file_slices  # noqa: E402
 from lakecluster.curves import argsort_keys, curve_key  # noqa: E402
-from lakecluster.layout import ClusteringLayout  # noqa: E402
 from lakecluster.schema import ColumnSpec  # noqa: E402
 from lakecluster.sketches import BoundarySketches, ColumnSketch  # noqa: E402
 

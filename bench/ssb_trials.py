@@ -109,7 +109,7 @@ def skipping(r: Ranges) -> dict[str, np.ndarray]:
 def trial(table: pa.Table, columns: Sequence[str], files: int, levels: Sequence[int] | None,
           weights: dict[str, float], parents: bool = True) -> tuple[tuple[int, ...], int, dict[str, int]]:  # fmt: skip
     """(levels, files written, files each query reads) of one layout."""
-    import lakecluster.layout as layout_module
+    import lakecluster.clustering as layout_module
     from lakecluster.compaction.rewrite_local import file_slices
     from lakecluster.curves import argsort_keys
     from lakecluster.hierarchy import find_parents
@@ -151,9 +151,11 @@ def tuned_weights(table: pa.Table, columns: Sequence[str], files: int, objective
     scored on 200,000 of the rows (from equal weights, the compactor's default)."""
     from ssb import where_clauses
 
-    from lakecluster.compaction.advise import WorkloadModel, current_candidate, recommend_weights
-    from lakecluster.compaction.workload import parse_workload
+    from lakecluster.layout.advise import current_candidate
+    from lakecluster.layout.model import WorkloadModel
+    from lakecluster.layout.search import recommend_weights
     from lakecluster.stream.ssb import SSB_FULL_COLUMNS
+    from lakecluster.workload.queries import parse_workload
 
     picked = np.sort(np.random.default_rng(0).choice(table.num_rows, min(table.num_rows, 200_000), replace=False))
     sample = table.take(picked)
@@ -172,7 +174,7 @@ def main() -> None:
     p.add_argument("--columns", nargs="+", default=["s_city", "c_city", "p_brand1"])
     p.add_argument("--levels", nargs="*", default=[], metavar="L1,L2,...", help="forced level counts, one per column")
     p.add_argument("--weights", nargs="*", default=[], metavar="COLUMN=WEIGHT")
-    from lakecluster.compaction.advise import OBJECTIVES
+    from lakecluster.layout.model import OBJECTIVES
 
     p.add_argument("--tune", choices=OBJECTIVES, metavar="OBJECTIVE",
                    help=f"the weights tune --queries --keep-columns --objective OBJECTIVE picks "

@@ -131,10 +131,11 @@ class LogBytes:
 
 def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -> dict:  # type: ignore[no-untyped-def]
     from lakecluster.compaction.loop import Compactor
-    from lakecluster.compaction.planner import Group, snapshot_files
+    from lakecluster.compaction.planner import Group
     from lakecluster.config import load_config
     from lakecluster.stream.job import StreamJob
     from lakecluster.table import LakeTable, create_table
+    from lakecluster.table.live_files import snapshot_files
 
     table = workdir / f"policy-{POLICIES.index(policy)}"
     overrides = {

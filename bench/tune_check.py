@@ -62,7 +62,7 @@ def config_for(table: Path, rows: int, batch_rows: int, **settings: str) -> Any:
 
 def files_matching(actions: pa.Table, predicates: Any) -> int:
     """Files whose min/max in the log may hold a row matching every predicate (what a reader reads)."""
-    from lakecluster.compaction.advise import column_scalar
+    from lakecluster.layout.model import column_scalar
 
     keep = np.ones(actions.num_rows, dtype=bool)
     for p in predicates:
@@ -92,16 +92,17 @@ def main() -> None:
     args = p.parse_args()
 
 
-    from lakecluster.compaction.advise import Candidate, WorkloadModel, sample_rows
+    from lakecluster.clustering import clustering_depth
     from lakecluster.compaction.loop import Compactor
-    from lakecluster.compaction.planner import snapshot_files
     from lakecluster.compaction.tune import predict
-    from lakecluster.compaction.workload import parse_workload
     from lakecluster.config import SparkConfig
-    from lakecluster.layout import clustering_depth
+    from lakecluster.layout.advise import sample_rows
+    from lakecluster.layout.model import Candidate, WorkloadModel
     from lakecluster.spark import get_session
     from lakecluster.stream.job import StreamJob
     from lakecluster.table import LakeTable
+    from lakecluster.table.live_files import snapshot_files
+    from lakecluster.workload.queries import parse_workload
 
     spark = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
     work = Path(tempfile.mkdtemp(prefix="lakecluster-tune-check-"))

@@ -388,7 +388,7 @@ def tune(ctx: Context) -> int:
     from lakecluster.cli.report import writable_out
     from lakecluster.cli.tune import advise, advise_captured, format_advice, format_text, write_page
     from lakecluster.cli.tune import tune as run_tune
-    from lakecluster.compaction.advise import MIN_GAIN
+    from lakecluster.layout.search import MIN_GAIN
 
     args, table = ctx.args, ctx.table
     if args.since is not None and not args.from_workload:
@@ -437,8 +437,8 @@ def workload(ctx: Context) -> int:
     ``--listener-conf``, the settings that turn the listener on in an application; with
     ``--import-eventlog``, the table's scans imported from Spark event logs."""
     from lakecluster.cli.workload import format_listener_conf, format_text, summary
-    from lakecluster.compaction.capture import expire, read_capture
-    from lakecluster.workload_listener import listener_conf, listener_jar
+    from lakecluster.workload.capture import expire, read_capture
+    from lakecluster.workload.listener import listener_conf, listener_jar
 
     args, config = ctx.args, ctx.config
     if args.listener_conf:
@@ -448,7 +448,7 @@ def workload(ctx: Context) -> int:
     table = _existing(ctx.table)
     if args.import_eventlog:
         from lakecluster.cli.workload import format_import
-        from lakecluster.compaction.eventlog_import import import_eventlogs
+        from lakecluster.workload.eventlog_import import import_eventlogs
 
         report = import_eventlogs(table, args.import_eventlog, config.workload)
         emit(report.as_dict(), format_import(report), ctx.output)

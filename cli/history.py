@@ -14,8 +14,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lakecluster.compaction.adoptions import AdoptionStore
 from lakecluster.errors import TableNotFoundError
+from lakecluster.layout.adoptions import AdoptionStore
 from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 from lakecluster.table.deletion_vectors import DeletionVector

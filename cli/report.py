@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from lakecluster import plots
+from lakecluster.clustering import file_ranges
 from lakecluster.errors import UsageError
-from lakecluster.layout import file_ranges
 from lakecluster.stream.source import Source
 from lakecluster.table import LakeTable
 

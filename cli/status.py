@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster.cli.stream_progress import batch_progress, format_progress
-from lakecluster.compaction.adoptions import Adoption, AdoptionStore
-from lakecluster.compaction.auto_layout import effective, pending
 from lakecluster.compaction.monitor import observe
-from lakecluster.compaction.partition_sizes import PartitionSizes
 from lakecluster.config import Config
+from lakecluster.layout.adoptions import Adoption, AdoptionStore
+from lakecluster.layout.auto_layout import effective, pending
+from lakecluster.layout.partition_sizes import PartitionSizes
 from lakecluster.sizes import human_bytes
 from lakecluster.stream.source import Source
 from lakecluster.table import LakeTable, Operation, TableState
@@ -49,7 +49,7 @@ def table_status(table: LakeTable, source: Source, *, lag_timeout_s: float = 5.0
     _, files = measured.live_files().snapshot()
     sizes = PartitionSizes.of_live_files(files, table.config.table.partition_by)
     out["partitions"] = sizes.as_dict(table.config.compaction.target_file_bytes)
-    out["layout"] = _layout_status(table, files, adoption)
+    out["layout"] = layout_status(table, files, adoption)
     lag = source.measure_lag(table, lag_timeout_s)
     if lag is not None:
         out["lag"] = lag
@@ -66,13 +66,9 @@ def clustering_layout(in_effect: Config, adoption: Adoption | None,
             "without_sketches": [c for c in columns if depths is None or c not in depths]}  # fmt: skip
 
 
-def layout_status(table: LakeTable, files: pa.Table) -> dict[str, Any]:
+def layout_status(table: LakeTable, files: pa.Table, adoption: Adoption | None) -> dict[str, Any]:
     """The layout loop (``compaction.auto_layout``): the layout in effect, the adopted one and the
     re-clustering's progress, and the compactor's last recommendation (``_lakecluster/layout/``)."""
-    return _layout_status(table, files, AdoptionStore(table).latest())
-
-
-def _layout_status(table: LakeTable, files: pa.Table, adoption: Adoption | None) -> dict[str, Any]:
     config = table.config
     store = AdoptionStore(table)
     in_effect = effective(config, adoption)

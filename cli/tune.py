@@ -20,30 +20,22 @@ import pyarrow as pa
 
 from lakecluster import plots
 from lakecluster.cli.workload import iso_ms
-from lakecluster.compaction.advise import (
-    MIN_GAIN,
-    OBJECTIVES,
-    Advice,
-    Candidate,
-    Scored,
-    current_candidate,
-    gain,
-    layout_advice,
-)
-from lakecluster.compaction.capture import read_capture
-from lakecluster.compaction.captured import CapturedQuery, captured_queries, too_little
-from lakecluster.compaction.partition_sizes import PartitionSizes
-from lakecluster.compaction.planner import snapshot_files
 from lakecluster.compaction.table_sketches import table_parents
 from lakecluster.compaction.tune import TUNABLE, default_axes, grid, predict, valid
-from lakecluster.compaction.workload import Query, WorkloadError, parse_workload
 from lakecluster.config import Config
 from lakecluster.errors import LakeclusterError, UsageError
 from lakecluster.hierarchy import Parent
+from lakecluster.layout.advise import Advice, current_candidate, layout_advice
+from lakecluster.layout.model import OBJECTIVES, Candidate, Scored
+from lakecluster.layout.partition_sizes import PartitionSizes
+from lakecluster.layout.search import MIN_GAIN, gain
 from lakecluster.sizes import human_bytes, human_duration, mebibytes
 from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable, table_properties
-from lakecluster.table.live_files import live_file_rows
+from lakecluster.table.live_files import live_file_rows, snapshot_files
+from lakecluster.workload.capture import read_capture
+from lakecluster.workload.captured import CapturedQuery, captured_queries, too_little
+from lakecluster.workload.queries import Query, WorkloadError, parse_workload
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +193,7 @@ def advise(lake: LakeTable, queries_path: str, sample_limit: int, *, keep_column
 def advise_captured(lake: LakeTable, since_s: float | None, sample_limit: int, *, keep_columns: bool = False,
                     min_gain: float = MIN_GAIN, objective: str = OBJECTIVES[0]) -> dict[str, Any]:  # fmt: skip
     """Candidate layouts for the workload the query listener captured (``--from-workload``): one query
-    per distinct set of predicates, weighted by its scans (``compaction.captured``); ``keep_columns``:
+    per distinct set of predicates, weighted by its scans (``workload.captured``); ``keep_columns``:
     only the weights of the table's clustering columns."""
     config = lake.config
     since = config.compaction.auto_layout_window_s if since_s is None else since_s

@@ -14,9 +14,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from lakecluster.compaction.capture import Capture, CapturedScan
-from lakecluster.compaction.eventlog_import import ImportReport
 from lakecluster.sizes import human_bytes
+from lakecluster.workload.capture import Capture, CapturedScan
+from lakecluster.workload.eventlog_import import ImportReport
 
 
 def summary(capture: Capture, *, table: str, since_s: float, top: int) -> dict[str, Any]:

@@ -30,11 +30,12 @@ import pyarrow.compute as pc
 
 from lakecluster import delta_txn
 from lakecluster.commit import Committed, Transaction, commit
-from lakecluster.compaction.planner import DataFile, Group
+from lakecluster.compaction.planner import Group
 from lakecluster.errors import CompactionConflictError, TableError
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.table import DeltaLocation, parse_user_metadata
 from lakecluster.table.deletion_vectors import file_keys
+from lakecluster.table.live_files import DataFile
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,13 +8,14 @@ are retried with capped backoff; a fault retrying cannot fix stops the loop with
 ``compaction.stop_timeout_s``, then cancels its Spark jobs: an abandoned rewrite commits nothing,
 and its output files, referenced by no table version, are deleted by vacuum after the retention
 period. A vacuum in flight is cancelled at once. Besides, with each vacuum, it deletes the workload
-capture files past their retention or size bound (``compaction.capture.expire``, inside
+capture files past their retention or size bound (``lakecluster.workload.expire``, inside
 ``_lakecluster/workload/`` only). Nothing else in the compactor deletes files.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -27,21 +28,12 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics, progress
-from lakecluster.compaction.adoptions import Adoption
-from lakecluster.compaction.auto_layout import (
-    AutoLayout,
-    capped,
-    clusters_data_columns,
-    effective,
-    fingerprint_of,
-    pending,
-)
-from lakecluster.compaction.capture import expire
+from lakecluster.clustering import ClusteringLayout, clustering_depth
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.erasure import Erasure, ForgetPass, expire_quarantine
 from lakecluster.compaction.monitor import TableMonitor
 from lakecluster.compaction.planner import Group, Plan, plan_live
-from lakecluster.compaction.relayout import off_layout, still_pending, with_relayout
+from lakecluster.compaction.relayout import first_group_bytes, still_pending, with_relayout, within_budget
 from lakecluster.compaction.reload import ThresholdReloader
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
 from lakecluster.compaction.rewrite_local import RewriteStopped, rewrite_local
@@ -62,7 +54,15 @@ from lakecluster.health import HEALTH
 from lakecluster.hierarchy import Parent
 from lakecluster.index.sync import rebuild as rebuild_index
 from lakecluster.index.sync import sync as sync_index
-from lakecluster.layout import ClusteringLayout, clustering_depth
+from lakecluster.layout.adoptions import Adoption
+from lakecluster.layout.auto_layout import (
+    AutoLayout,
+    capped,
+    clusters_data_columns,
+    effective,
+    fingerprint_of,
+    pending,
+)
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sizes import human_bytes
@@ -73,7 +73,9 @@ from lakecluster.table import LakeTable
 from lakecluster.table.deletion_vectors import file_keys
 from lakecluster.table.delta_schema import DeltaSchema
 from lakecluster.table.file_rows import RowTracking
+from lakecluster.table.live_files import off_layout
 from lakecluster.table.snapshot import physical_names
+from lakecluster.workload import expire
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +172,8 @@ class Compactor:
         self.table = table = table or LakeTable(config)
         if not table.delta.exists():  # read-only: a missing table is an error, never created here
             raise TableNotFoundError(table.uri)
-        self.auto = AutoLayout(table)
+        grouping = functools.partial(first_group_bytes, partition_by=table.config.table.partition_by)
+        self.auto = AutoLayout(table, grouping)
         self.adoption: Adoption | None = None  # the adopted layout in effect (compaction.auto_layout = apply)
         self._relayout_left = (0, 0)  # files, bytes the layout loop has left to re-cluster (as last planned)
         self._refused: str | None = None  # an adoption this configuration cannot take (logged once)
@@ -338,7 +341,7 @@ class Compactor:
         self._relayout_left = (relaid.relayout_files, relaid.relayout_bytes)
         metrics.RELAYOUT_PENDING_FILES.set(relaid.relayout_files)
         metrics.RELAYOUT_PENDING_BYTES.set(relaid.relayout_bytes)
-        groups, cut = self.auto.within_budget(relaid.groups, budget["left"])
+        groups, cut = within_budget(relaid.groups, budget["left"])
         self.auto.note_budget(cut and not any(g.relayout for g in groups), budget["limit"], budget["used"],
                               self.config.compaction.rewrite_budget_window_s)  # fmt: skip
         return dataclasses.replace(relaid, groups=groups)

@@ -25,61 +25,19 @@ makes a run one generation above the partition's highest, so generations then pa
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster.config import CompactionConfig
-from lakecluster.schema import ColumnSpec
-from lakecluster.table import DeltaLocation
-from lakecluster.table.deletion_vectors import DeletionVector, cardinalities, file_key
-from lakecluster.table.live_files import live_file_rows
-from lakecluster.table.snapshot import LiveAdds
+from lakecluster.table.deletion_vectors import cardinalities
+from lakecluster.table.live_files import DataFile, data_files
 
-_RUN_FILE = re.compile(r"part-g(\d+)-([0-9a-f]+)-")
 MAX_GENERATION_IN_NAME = 99  # file names carry the generation in two digits
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """A live file as the planner sees it. Its identity in the log is its path and its deletion
-    vector (:attr:`key`): a ``DELETE`` may leave the path and change the vector."""
-
-    path: str
-    size: int
-    rows: int  # live rows: the stats' count less the rows the deletion vector deletes
-    partition: tuple[tuple[str, str | None], ...]
-    generation: int
-    run: str | None  # None for generation 0
-    deletion_vector: DeletionVector | None = None
-    base_row_id: int | None = None  # row tracking: the first row's id (null: no row tracking)
-    default_row_commit_version: int | None = None
-
-    @property
-    def partition_values(self) -> dict[str, str | None]:
-        return dict(self.partition)
-
-    @property
-    def key(self) -> str:
-        """The file's identity in the log (``deletion_vectors.file_key``)."""
-        return file_key(self.path, self.deletion_vector)
-
-    def logged(self) -> dict[str, Any]:
-        """The fields the log's ``add`` and ``remove`` actions name this file by."""
-        out: dict[str, Any] = {"path": self.path, "partitionValues": self.partition_values, "size": self.size}
-        if self.deletion_vector is not None:
-            out["deletionVector"] = self.deletion_vector.to_log()
-        if self.base_row_id is not None:
-            out["baseRowId"] = self.base_row_id
-        if self.default_row_commit_version is not None:
-            out["defaultRowCommitVersion"] = self.default_row_commit_version
-        return out
 
 
 def compacted_bytes_per_row(files: Sequence[DataFile], partition: tuple | None = None) -> float | None:
@@ -96,12 +54,6 @@ def compacted_bytes_per_row(files: Sequence[DataFile], partition: tuple | None =
 
     inside = per_row(f for f in files if f.partition == partition) if partition else None
     return inside if inside is not None else per_row(files)
-
-
-def file_run(path: str) -> tuple[int, str | None]:
-    """(generation, run id) from a data file name; generation 0 when not written by compaction."""
-    m = _RUN_FILE.search(path.rsplit("/", 1)[-1])
-    return (int(m.group(1)), m.group(2)) if m else (0, None)
 
 
 @dataclass(frozen=True)
@@ -150,29 +102,6 @@ class Plan:
     # ``compact --full`` (``relayout.py``): files and bytes of the pass still off the current layout.
     relayout_files: int = 0
     relayout_bytes: int = 0
-
-
-def data_files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
-    """The planner's files of rows of the live files' table (``live_files.LiveFiles``)."""
-    names = ["path", "size", "rows", "generation", "run", "deletion_vector", "base_row_id",
-             "default_row_commit_version"]
-    values = {c: rows[c].to_pylist() if c in rows.column_names else [None] * rows.num_rows for c in names}
-    parts = {p: rows[f"partition.{p}"].to_pylist() for p in partition_by}
-    return [
-        DataFile(path, size, n or 0, tuple((p, parts[p][i]) for p in partition_by), gen, run, DeletionVector.of(dv),
-                 base, version)
-        for i, (path, size, n, gen, run, dv, base, version) in enumerate(zip(*(values[c] for c in names), strict=True))
-    ]  # fmt: skip
-
-
-def snapshot_files(location: DeltaLocation, columns: Sequence[ColumnSpec],
-                   partition_by: Sequence[str]) -> tuple[LiveAdds, list[DataFile]]:  # fmt: skip
-    """The table's latest live files (``LiveAdds``: its version and metadata, the add actions with
-    every data column of ``columns``' stats, typed), and those files as the planner's."""
-    by_name = {c.name: c for c in columns}
-    partitions = [by_name[p] for p in partition_by]
-    live = location.read_live_adds(partitions, [c for c in columns if c.name not in partition_by])
-    return live, data_files(live_file_rows(live.actions, partitions, []), partition_by)
 
 
 def plan_live(live: pa.Table, version: int, partition_by: Sequence[str], cfg: CompactionConfig) -> Plan:

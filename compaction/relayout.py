@@ -1,7 +1,7 @@
 """``compact --full``: re-cluster the files a layout change left behind, a bounded part per round.
 
 Every file a compaction writes carries the fingerprint of the layout it was clustered under in its
-name (``part-g<g>-<run>-l<fingerprint>-...``, ``layout.layout_fingerprint``: clustering columns,
+name (``part-g<g>-<run>-l<fingerprint>-...``, ``clustering.layout_fingerprint``: clustering columns,
 weights, curve). After the columns or weights change, a file with another fingerprint, or none (a
 stream's file, a compaction's from before fingerprints), is not clustered under the current layout.
 The tiered planner (``planner``) would leave such a file alone once it is large and settled; a full
@@ -23,24 +23,16 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.compaction.planner import DataFile, Group, Plan, data_files, settled_groups
+from lakecluster.compaction.planner import Group, Plan, settled_groups
 from lakecluster.config import CompactionConfig
-
-
-def _off_mask(live: pa.Table, fingerprint: str) -> pa.ChunkedArray:
-    return pc.fill_null(pc.not_equal(live["layout"], pa.scalar(fingerprint, pa.string())), True)
-
-
-def off_layout(live: pa.Table, fingerprint: str) -> pa.Array:
-    """The paths of the live files not written under the layout ``fingerprint``."""
-    return live["path"].filter(_off_mask(live, fingerprint)).combine_chunks()
+from lakecluster.table.live_files import DataFile, data_files, off_layout_mask
 
 
 def still_pending(live: pa.Table, pending: pa.Array, fingerprint: str) -> pa.Table:
     """The rows of ``live`` whose path is in ``pending`` and that are still off the layout."""
     if not len(pending):
         return live.slice(0, 0)
-    return live.filter(pc.and_(pc.is_in(live["path"], value_set=pending), _off_mask(live, fingerprint)))
+    return live.filter(pc.and_(pc.is_in(live["path"], value_set=pending), off_layout_mask(live, fingerprint)))
 
 
 def with_relayout(the_plan: Plan, live: pa.Table, pending: pa.Array, fingerprint: str,
@@ -66,3 +58,25 @@ def relayout_groups(files: list[DataFile], cfg: CompactionConfig, *, priority: M
         return f"re-cluster {n} file(s) not clustered under the current layout ({why})"
 
     return settled_groups(files, cfg, reason, priority=priority, relayout=True)
+
+
+def first_group_bytes(rows: pa.Table, cfg: CompactionConfig, priority: Mapping[str, float], *,
+                      partition_by: Sequence[str]) -> int:  # fmt: skip
+    """The bytes of the first group the re-cluster of the live files ``rows`` would rewrite (0:
+    none): what the layout loop's budget must hold before it adopts a layout."""
+    groups = relayout_groups(data_files(rows, partition_by), cfg, priority=priority)
+    return groups[0].bytes if groups else 0
+
+
+def within_budget(groups: list[Group], left: int) -> tuple[list[Group], bool]:
+    """The round's groups with the re-cluster's cut to the bytes ``left`` of its budget (in order:
+    a group that does not fit pauses the ones behind it too); whether any was cut."""
+    kept, cut = [], False
+    for g in groups:
+        if g.relayout:
+            if cut or g.bytes > left:
+                cut = True
+                continue
+            left -= g.bytes
+        kept.append(g)
+    return kept, cut

@@ -27,16 +27,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakecluster import delta_txn
-from lakecluster.compaction.planner import DataFile, Group
+from lakecluster.clustering import ClusteringLayout, file_plan
+from lakecluster.compaction.planner import Group
 from lakecluster.config import StorageConfig
 from lakecluster.curves import key_array
 from lakecluster.errors import UnsupportedTableError
-from lakecluster.layout import ClusteringLayout, file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.schema import ColumnSpec
 from lakecluster.storage import filesystem
 from lakecluster.table.delta_schema import DeltaSchema
 from lakecluster.table.file_rows import RowTracking
+from lakecluster.table.live_files import DataFile
 from lakecluster.uris import normalize
 
 CELL, KEY, FILE = "_lc_cell", "_lc_key", "_lc_file"
@@ -54,7 +55,7 @@ class RewriteSpec:
     table_schema: DeltaSchema
     layout: ClusteringLayout
     target_files: int  # output files the group becomes (about its bytes / compaction.target_file_bytes)
-    file_prefix: str  # "g<generation>-<run id>", see planner.file_run
+    file_prefix: str  # "g<generation>-<run id>", see ``live_files.DataFile``
     storage: StorageConfig = field(default_factory=StorageConfig)  # executors build their own filesystem
     # The data columns output files carry stats for, by physical name; None: all.
     stats_columns: tuple[str, ...] | None = None

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 
+from lakecluster.clustering import file_plan
 from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
 from lakecluster.curves import argsort_keys
-from lakecluster.layout import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.storage import filesystem
 from lakecluster.table.file_rows import read_live

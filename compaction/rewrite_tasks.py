@@ -30,13 +30,14 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from lakecluster.compaction.planner import DataFile, Group
+from lakecluster.clustering import file_plan
+from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
 from lakecluster.curves import argsort_keys
-from lakecluster.layout import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.storage import filesystem
 from lakecluster.table.file_rows import live_batches
+from lakecluster.table.live_files import DataFile
 
 SLICE_BYTES = 64 << 20  # input bytes a task reads (its files' sizes on storage)
 BATCH_ROWS = 256 * 1024  # rows a mapper keys and splits at a time

@@ -32,11 +32,10 @@ import numpy as np
 import pyarrow as pa
 
 from lakecluster.config import Config
-from lakecluster.hierarchy import Parent, find_parents
+from lakecluster.hierarchy import Parent, find_parents, parent_candidates
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.sizes import human_bytes
 from lakecluster.sketches import BoundarySketches
-from lakecluster.stats_columns import stats_columns
 from lakecluster.storage import filesystem
 from lakecluster.table import LakeTable
 from lakecluster.table.deletion_vectors import DeletionVector
@@ -139,15 +138,6 @@ def spread_rows(table: LakeTable, live: pa.Table, version: int, columns: Sequenc
     # Hundreds of small reads, each mostly waiting on storage (a footer, a page per column): in parallel.
     with ThreadPoolExecutor(max_workers=SAMPLE_READERS) as pool:
         return pa.concat_tables(list(pool.map(head, live_refs(chosen))))
-
-
-def parent_candidates(config: Config, configuration: Mapping[str, str]) -> list[str]:
-    """The columns a clustering column's parent (``lakecluster.hierarchy``) may be, under the
-    table's properties ``configuration``: those files carry stats for (only they let a query
-    skip), partition columns and floating-point columns aside (a city has no one price)."""
-    t = config.table
-    data_columns = [c.name for c in t.columns if c.name not in t.partition_by]
-    return [c for c in stats_columns(data_columns, configuration) if t.column(c).type not in ("float", "double")]
 
 
 def table_parents(config: Config, table: LakeTable, live: pa.Table, version: int,

@@ -20,13 +20,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakecluster.compaction.planner import DataFile, compacted_bytes_per_row, plan_files
+from lakecluster.clustering import ClusteringLayout, clustering_depth
+from lakecluster.compaction.planner import compacted_bytes_per_row, plan_files
 from lakecluster.config import CompactionConfig, Config
 from lakecluster.config.validate import validate
 from lakecluster.errors import ConfigError
 from lakecluster.hierarchy import Parent
-from lakecluster.layout import ClusteringLayout, clustering_depth
 from lakecluster.sketches import BoundarySketches
+from lakecluster.table.live_files import DataFile
 
 TUNABLE = ("target_file_bytes", "min_file_bytes", "max_group_bytes", "min_input_files", "merge_fanout",
            "max_generation", "max_groups_per_run")  # fmt: skip

@@ -234,12 +234,6 @@ def may_match(atom: Any, stats: dict[str, FileStats], n: int) -> np.ndarray:
     return s.has_values & (~s.known | cond)
 
 
-def atom_columns(atom: Any) -> set[str]:
-    if isinstance(atom, AllOf | AnyOf):
-        return set().union(*(atom_columns(a) for a in atom.items)) if atom.items else set()
-    return set() if isinstance(atom, Const) else {atom.column}
-
-
 # ---------------------------------------------------------------------------------------------
 # The API
 

@@ -2,7 +2,7 @@
 counts, under its file number) and an entry per (column, file) with the column's stats.
 
 Two sources feed the same encoder, so an incrementally kept index equals a rebuilt one:
-``from_add_actions`` takes delta-rs's ``get_add_actions(flatten=True)`` (a rebuild, vectorised)
+``add_action_parts`` takes delta-rs's ``get_add_actions(flatten=True)`` (a rebuild, vectorised)
 and ``from_log_actions`` takes the ``add`` actions of the JSON commits the sync reads (a handful of
 files per commit). Both are normalised the conservative way before encoding:
 
@@ -160,19 +160,12 @@ def _partition_stats(col: ColumnSpec, values: pa.Array, counts: pa.Array) -> tup
     return nulls, nans, values, values
 
 
-def from_add_actions(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str], seed: int,
-                     nan_counts: Mapping[str, Mapping[str, int]] | None = None) -> pa.Table:  # fmt: skip
-    """Index rows of every live file, from ``DeltaTable.get_add_actions(flatten=True)`` (or the
-    same columns read by ``lakecluster.table.snapshot``)."""
-    if actions.num_rows == 0:
-        return empty_rows()
-    return pa.concat_tables(list(add_action_parts(actions, columns, partition_by, seed, nan_counts)))
-
-
 def add_action_parts(actions: pa.Table, columns: Sequence[ColumnSpec], partition_by: Sequence[str], seed: int,
                      nan_counts: Mapping[str, Mapping[str, int]] | None = None, *,
                      fids: np.ndarray | None = None) -> Iterator[pa.Table]:  # fmt: skip
-    """:func:`from_add_actions` as :func:`index_parts`: a column at a time, in the key's order."""
+    """Index rows of every live file, from ``DeltaTable.get_add_actions(flatten=True)`` (or the
+    same columns read by ``lakecluster.table.snapshot``), as :func:`index_parts`: a column at a
+    time, in the key's order."""
     n = actions.num_rows
 
     def col_or_nulls(name: str, tp: pa.DataType) -> pa.Array | pa.ChunkedArray:

@@ -254,12 +254,6 @@ def stored_unusable(spec: IndexSpec, manifest: Manifest) -> str:
     return ""
 
 
-def is_current(spec: IndexSpec) -> bool:
-    """Whether the stored index answers for the table's latest version as it is."""
-    manifest = store_for(spec).manifest()
-    return manifest is not None and not stored_unusable(spec, manifest)
-
-
 def sync(target: IndexSpec | LakeTable) -> SyncResult:
     """Bring the index to the table's latest version: the new commits' adds and removes as a
     segment, or a rebuild when there is no index, it is unreadable, its settings changed, a

@@ -87,15 +87,6 @@ def _interleave(cs: Sequence[np.ndarray], bits: Sequence[int]) -> np.ndarray:
     return words.view(np.uint8).reshape(n, words.shape[1] * 8)[:, :width]
 
 
-def hilbert_transpose(coords: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:
-    """Skilling's AxesToTranspose ("Programming the Hilbert curve", AIP Conf. Proc. 707, 2004).
-
-    All columns share ``bits``. Returns the transposed Hilbert index: interleaving its bits
-    (column 0 most significant) gives the index along the curve.
-    """
-    return _hilbert_transpose(_check(coords, [bits] * len(coords)), bits)
-
-
 def _hilbert_transpose(cs: Sequence[np.ndarray], bits: int) -> list[np.ndarray]:
     """The transform, branch-free, in place, a cache-sized chunk of rows at a time (uint32: at
     most 32 bits per column); ``cs`` is left unchanged."""

@@ -70,10 +70,6 @@ class TopicNotFoundError(SourceError):
     """A configured Kafka topic (or pattern) matches no topic on the broker."""
 
 
-class DataLossError(SourceError):
-    """Offsets the stream still had to read are gone from the broker (retention, truncation)."""
-
-
 class TableError(LakeclusterError):
     """The Delta table cannot be created, opened or written."""
 

@@ -18,12 +18,15 @@ fewest values. Numbers and dates keep their own order: it is the one their queri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from lakecluster.config import Config
+from lakecluster.stats_columns import stats_columns
 
 MIN_ROWS_PER_VALUE = 4  # sampled rows per child value before a dependency is believed
 MIN_RUNS_PER_VALUE = 2.0  # how scattered a parent must be along the child's order to be worth a dimension
@@ -122,3 +125,12 @@ def parent_choices(sample: pa.Table, child: str, candidates: Sequence[str]) -> l
         parents = np.asarray(parent_values.to_pylist(), dtype=object)[low]
         found.append((p, order, Parent(child, other, values, parents)))
     return [parent for _, _, parent in sorted(found, key=lambda f: f[:2])]
+
+
+def parent_candidates(config: Config, configuration: Mapping[str, str]) -> list[str]:
+    """The columns a clustering column's parent (``lakecluster.hierarchy``) may be, under the
+    table's properties ``configuration``: those files carry stats for (only they let a query
+    skip), partition columns and floating-point columns aside (a city has no one price)."""
+    t = config.table
+    data_columns = [c.name for c in t.columns if c.name not in t.partition_by]
+    return [c for c in stats_columns(data_columns, configuration) if t.column(c).type not in ("float", "double")]

@@ -171,7 +171,7 @@ def _ceil_ms(ts: dt.datetime) -> dt.datetime | None:
 class StatsAccumulator:
     """Delta per-file stats (numRecords, minValues, maxValues, nullCount) built batch by batch.
 
-    A file written in pieces gets the same stats as :func:`delta_stats` of all its rows, without
+    A file written in pieces gets the same stats as one :meth:`update` with all its rows, without
     holding them in memory. Timestamps are widened to whole milliseconds (min down, max up)
     because Delta readers parse stats at millisecond precision; a narrower range would let them
     skip files wrongly. String bounds are cut as Delta-Spark cuts them (``stats_columns.string_max``).
@@ -233,13 +233,6 @@ class StatsAccumulator:
             f'{{"numRecords":{self.rows},"minValues":{{{",".join(mins)}}},'
             f'"maxValues":{{{",".join(maxs)}}},"nullCount":{{{",".join(nulls)}}}}}'
         )
-
-
-def delta_stats(table: pa.Table, columns: Collection[str] | None = None) -> str:
-    """Delta per-file stats JSON of ``table`` (see :class:`StatsAccumulator`)."""
-    acc = StatsAccumulator(table.schema, columns)
-    acc.update(table)
-    return acc.json()
 
 
 def footer_statistics(schema: pa.Schema) -> bool | list[str]:

@@ -455,44 +455,6 @@ def parse(text: str, columns: Sequence[ColumnSpec]) -> Expr:
 # Back to SQL text (explain output, and the tests' DuckDB oracle).
 
 
-def sql_literal(col: ColumnSpec, value: Any) -> str:
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if col.type == "string":
-        return "'" + str(value).replace("'", "''") + "'"
-    if col.is_floating:
-        if value != value:
-            return "CAST('NaN' AS DOUBLE)"
-        if value in (float("inf"), float("-inf")):
-            return f"CAST('{'-' if value < 0 else ''}Infinity' AS DOUBLE)"
-        return f"CAST({float(value)!r} AS DOUBLE)"  # a double, as Spark types a float column's literal
-    if col.type == "date":
-        return f"DATE '{value.isoformat()}'"
-    if col.type == "timestamp":
-        return f"TIMESTAMP '{value.astimezone(dt.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
-    return str(value)
-
-
-def to_sql(expr: Expr) -> str:
-    if isinstance(expr, And | Or):
-        joiner = " AND " if isinstance(expr, And) else " OR "
-        return "(" + joiner.join(to_sql(i) for i in expr.items) + ")"
-    if isinstance(expr, Not):
-        return f"(NOT {to_sql(expr.item)})"
-    name = f'"{expr.column.name}"'
-    neg = "NOT " if getattr(expr, "negated", False) else ""
-    if isinstance(expr, Compare):
-        return f"({name} {expr.op} {sql_literal(expr.column, expr.value)})"
-    if isinstance(expr, InList):
-        return f"({name} {neg}IN ({', '.join(sql_literal(expr.column, v) for v in expr.values)}))"
-    if isinstance(expr, Between):
-        lo, hi = sql_literal(expr.column, expr.low), sql_literal(expr.column, expr.high)
-        return f"({name} {neg}BETWEEN {lo} AND {hi})"
-    if isinstance(expr, IsNull):
-        return f"({name} IS {neg}NULL)"
-    return f"({name} {neg}LIKE {sql_literal(expr.column, expr.pattern)} ESCAPE '\\')"
-
-
 _VALUE_END = re.compile(r"\s+(AND|OR)\b|[,)]|$", re.IGNORECASE)
 
 

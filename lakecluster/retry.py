@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import random
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -98,14 +97,6 @@ class Backoff:
         self.unknown_in_a_row = 0
         self.started = None
         return length
-
-
-def sleep(seconds: float, stop: threading.Event | None) -> bool:
-    """Wait, waking early on ``stop``; True when stopped."""
-    if stop is None:
-        time.sleep(seconds)
-        return False
-    return stop.wait(seconds)
 
 
 _NOISE = ("Traceback (most recent call last)", "An exception was raised by the Python Proxy", "at ", "File \"")

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.layout import ClusteringLayout
+from lakecluster.clustering import ClusteringLayout
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import ColumnSpec, arrow_schema, spark_sql_type
 from lakecluster.sketches import ColumnSketch, sketch_kind

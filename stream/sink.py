@@ -29,8 +29,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakecluster.checkpoints import BackgroundCheckpoints
+from lakecluster.clustering import ClusteringLayout
 from lakecluster.faults import crash_point
-from lakecluster.layout import ClusteringLayout
 from lakecluster.schema import ColumnSpec
 from lakecluster.sketches import ColumnSketch, sketch_kind
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
@@ -127,7 +127,7 @@ class StreamSink:
         self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
-        self.table_log = table.delta.follow(start.stream_id)
+        self.table_log = TableLog(table.delta, start.stream_id)
         self.quarantine_log: TableLog | None = None
         self._targets: tuple[AppendTarget, AppendTarget] | None = None
         self._blocked: str | None = None  # why Delta's writer writes the batches, when it must
@@ -142,7 +142,7 @@ class StreamSink:
         if self.quarantine_log is None:
             if not self.table.quarantine.exists():  # no quarantine table yet: nothing committed there
                 return table_done, False
-            self.quarantine_log = self.table.quarantine.follow(self.start.stream_id)
+            self.quarantine_log = TableLog(self.table.quarantine, self.start.stream_id)
         self.quarantine_log.refresh()
         return table_done, _at_least(self.quarantine_log.txn_version, batch_txn)
 

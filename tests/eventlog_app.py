@@ -1,5 +1,5 @@
 """A real pyspark + delta-spark application writing Spark event logs, for the importer's tests
-(tests/compaction/test_eventlog.py): run as ``python tests/eventlog_app.py LOGS TABLE``.
+(tests/workload/test_eventlog.py): run as ``python tests/eventlog_app.py LOGS TABLE``.
 
 In one JVM, four applications one after the other:
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from lakecluster.parquet_files import (
     FileWriter,
+    StatsAccumulator,
     WrittenFile,
     data_file_path,
     partition_value_string,
@@ -32,3 +33,10 @@ def write_files(table_dir: str, data: pa.Table, *, partition_by: Sequence[str], 
             writer.write(part.slice(start, max_rows_per_file))
             written.append(writer.close())
     return written
+
+
+def delta_stats(table: pa.Table, columns: Collection[str] | None = None) -> str:
+    """Delta per-file stats JSON of ``table`` as the writers compute them, in one piece."""
+    acc = StatsAccumulator(table.schema, columns)
+    acc.update(table)
+    return acc.json()

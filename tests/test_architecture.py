@@ -10,11 +10,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# The package's folders (pyproject.toml's package-dir): the shared core, three components, the CLI.
-LAYERS = {"lakecluster": "core", "stream": "stream", "compaction": "compaction", "index": "index", "cli": "cli"}
-COMPONENTS = {"stream", "compaction", "index"}
-# Between components only the compactor keeping the index in sync after its commits.
-ALLOWED_BETWEEN_COMPONENTS = {("compaction", "lakecluster.index.sync")}
+# The package's folders (pyproject.toml's package-dir): the shared core, the components, the CLI.
+LAYERS = {"lakecluster": "core", "stream": "stream", "compaction": "compaction", "index": "index",
+          "workload": "workload", "layout": "layout", "cli": "cli"}
+COMPONENTS = {"stream", "compaction", "index", "workload", "layout"}
+# What a component may import of another, in one direction: compaction -> layout -> workload ->
+# core. The compactor follows the layout (all of ``layout``), keeps the index in sync after its
+# commits (``index.sync``) and expires captures (the workload package's own names, none of its
+# modules); the layout is decided on the captured workload (all of ``workload``).
+ALLOWED_BETWEEN_COMPONENTS = {
+    ("compaction", "lakecluster.index.sync"),
+    ("compaction", "lakecluster.layout"),
+    ("layout", "lakecluster.workload"),
+}
+PUBLIC_ONLY = {("compaction", "lakecluster.workload")}  # the package's names, not its modules
 # ``python -m lakecluster`` runs the command line: the one module of the core that may import it.
 ENTRY_POINT = REPO / "lakecluster" / "__main__.py"
 HANDLE = REPO / "lakecluster" / "table"  # the table handle's package
@@ -72,8 +81,27 @@ def forbidden_import(module: Module, imported: str) -> bool:
         return False
     if target in COMPONENTS:  # one component importing another
         allowed = {m for layer, m in ALLOWED_BETWEEN_COMPONENTS if layer == module.layer}
-        return not any(imported == m or imported.startswith(m + ".") for m in allowed)
+        if any(imported == m or imported.startswith(m + ".") for m in allowed):
+            return False
+        public = {m for layer, m in PUBLIC_ONLY if layer == module.layer}
+        return not any(imported == m or _public_name(m, imported) for m in public)
     return True  # a component importing the command line
+
+
+def _public_name(package: str, imported: str) -> bool:
+    """``imported`` is a name the package exports (``__all__`` of its ``__init__``), not a module."""
+    if not imported.startswith(package + "."):
+        return False
+    name = imported[len(package) + 1:]
+    init = REPO / LAYER_FOLDERS[package.split(".")[1]] / "__init__.py"
+    exported: set[str] = set()
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            exported = set(ast.literal_eval(node.value))
+    return name in exported
+
+
+LAYER_FOLDERS = {layer: folder for folder, layer in LAYERS.items()}
 
 
 def test_imports_point_from_the_cli_to_the_components_to_the_core() -> None:
@@ -100,6 +128,24 @@ def f():
     assert [name for _, name in imports(allowed.tree) if forbidden_import(allowed, name)] == []
     core = Module(REPO / "lakecluster" / "fake.py", "core", ast.parse("from lakecluster.compaction import planner"))
     assert [name for _, name in imports(core.tree) if forbidden_import(core, name)]
+
+
+def test_the_layers_point_one_way_from_compaction_to_layout_to_workload() -> None:
+    """The compactor follows the layout and expires captures through the workload package's own
+    names; the layout rewrites nothing (no compaction import) and decides on the workload, which
+    knows neither."""
+    def found(layer: str, source: str) -> list[str]:
+        fake = Module(REPO / layer / "fake.py", layer, ast.parse(source))
+        return [name for _, name in imports(fake.tree) if forbidden_import(fake, name)]
+
+    assert found("compaction", "from lakecluster.layout.auto_layout import AutoLayout") == []
+    assert found("compaction", "from lakecluster.workload import expire") == []
+    assert found("compaction", "from lakecluster.workload.capture import read_capture") != []
+    assert found("layout", "from lakecluster.workload.captured import captured_queries") == []
+    assert found("layout", "from lakecluster.compaction.planner import Group") != []
+    assert found("workload", "from lakecluster.layout.model import WorkloadModel") != []
+    assert found("workload", "from lakecluster.compaction import Compactor") != []
+    assert found("stream", "from lakecluster.layout import auto_layout") != []
 
 
 # -- the table handle --------------------------------------------------------------------------
@@ -160,3 +206,104 @@ def test_every_package_of_the_source_tree_is_in_the_distribution() -> None:
             parts = init.parent.relative_to(root).parts
             found.add(".".join((name, *parts)))
     assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
+
+
+# -- no import circle ----------------------------------------------------------------------------
+
+MODULE_PREFIX = {"lakecluster": "lakecluster", **{folder: f"lakecluster.{folder}" for folder in LAYERS
+                                                 if folder != "lakecluster"}}  # fmt: skip
+
+
+def module_name(module: Module) -> str:
+    folder = module.path.relative_to(REPO).parts[0]
+    parts = list(module.path.relative_to(REPO / folder).with_suffix("").parts)
+    return ".".join([MODULE_PREFIX[folder], *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def import_graph(found: list[Module]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at any depth. ``from p import m`` counts as an
+    import of ``p.m`` when that is a module, else of ``p`` (a name ``p``'s ``__init__`` defines)."""
+    names = {module_name(m): m for m in found}
+    graph: dict[str, set[str]] = {}
+    for name, module in names.items():
+        package = name if module.path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Import):
+                edges.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*up, base] if base else up)
+                subs = {f"{base}.{alias.name}" for alias in node.names} & names.keys()
+                edges.update(subs)
+                if len(subs) < len(node.names):
+                    edges.add(base)
+        graph[name] = {e for e in edges if e in names and e != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """Lazy and ``TYPE_CHECKING`` imports count: a circle hidden in a function is still one."""
+    assert circles(import_graph(list(modules()))) == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_lazy_import() -> None:
+    a = Module(REPO / "lakecluster" / "table" / "fake_a.py", "core",
+               ast.parse("from lakecluster.table import fake_b"))
+    b = Module(REPO / "lakecluster" / "table" / "fake_b.py", "core",
+               ast.parse("def f():\n    from lakecluster.table.fake_a import X"))
+    c = Module(REPO / "lakecluster" / "table" / "fake_c.py", "core", ast.parse("from .fake_a import X"))
+    graph = import_graph([a, b, c])
+    assert graph["lakecluster.table.fake_c"] == {"lakecluster.table.fake_a"}  # relative imports resolved
+    assert circles(graph) == [["lakecluster.table.fake_a", "lakecluster.table.fake_b"]]
+
+
+# -- the benches ---------------------------------------------------------------------------------
+
+
+def test_every_bench_module_imports() -> None:
+    """The benches are not run by the suite; importing each catches a module they use that moved."""
+    import importlib
+
+    benches = sorted(p.stem for p in (REPO / "bench").glob("*.py") if p.stem != "__init__")
+    failed = {}
+    for name in benches:
+        try:
+            importlib.import_module(f"bench.{name}")
+        except Exception as e:  # any failure to import is the finding
+            failed[name] = f"{type(e).__name__}: {e}"
+    assert benches and failed == {}

@@ -1,5 +1,5 @@
 """Capture records in the query listener's format (docs/workload.md), written by hand where a test
-needs exact contents (what the listener itself writes: tests/lakecluster/test_workload_listener.py)."""
+needs exact contents (what the listener itself writes: tests/workload/test_listener.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def write(table: Path, time_ms: float, lines: list[Any], *, app: str = "local-1"
 def event_log(location: str, *, data_filters: str, partition_filters: str, files_read: int, start_ms: int) -> bytes:
     """A small Spark event log: one application (``local-17``), one SQL execution whose Delta scan of
     ``location`` pushed these filters and read ``files_read`` files (900 bytes), ended 700 ms after
-    ``start_ms`` (events as a real pyspark 4.x log has them; tests/compaction/test_eventlog.py reads
+    ``start_ms`` (events as a real pyspark 4.x log has them; tests/workload/test_eventlog.py reads
     real ones)."""
     sql = "org.apache.spark.sql.execution.ui."
     scan = {"nodeName": "Scan parquet ", "simpleString": "FileScan parquet", "children": [],

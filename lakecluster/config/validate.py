@@ -20,7 +20,6 @@ from lakecluster.errors import ConfigError
 from lakecluster.schema import validate_type
 from lakecluster.sizes import human_bytes
 from lakecluster.suggest import did_you_mean
-from lakecluster.uris import is_local
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STREAM_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
@@ -103,7 +102,6 @@ def validate(config: Config) -> None:
                           f"{config.metrics.table_interval_s}")  # fmt: skip
     if not config.metrics.host.strip():
         raise ConfigError("metrics.host", "must not be empty (127.0.0.1 serves this machine only)")
-    _validate_paths(config)
 
     section = config.source.selected
     if isinstance(section, KafkaSourceConfig):
@@ -141,28 +139,6 @@ def _validate_table(t: TableConfig) -> None:
         raise ConfigError("table.clustering_columns", f"{sorted(overlap)} are partition columns (table.partition_by "
                           f"= {list(t.partition_by)}): a partition column has one value per file",
                           related=("table.partition_by",))  # fmt: skip
-
-
-def _validate_paths(config: Config) -> None:
-    """The quarantine table is another table; on a cluster every executor must see the same
-    storage (a local path would split the table)."""
-    from lakecluster.table.paths import TablePaths  # the table package imports the configuration
-
-    paths = TablePaths.of(config)
-    if paths.quarantine == paths.table:
-        raise ConfigError("table.quarantine_path", f"{paths.quarantine!r} must differ from table.path {paths.table!r}",
-                          related=("table.path",))  # fmt: skip
-    master = config.spark.master
-    if master.startswith("local"):
-        return
-    for key, path in paths.locations.items():
-        if is_local(path):
-            raise ConfigError(
-                key,
-                f"{path!r} is a local path, but spark.master is {master!r}: executors on other machines would "
-                "each write their own copy; use shared storage such as s3://bucket/path",
-                related=("spark.master",),
-            )
 
 
 def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:

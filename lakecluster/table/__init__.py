@@ -5,10 +5,11 @@ no other module opens a Delta table, builds a sketch store or reads ``table.path
 checks it from the source).
 """
 
+from lakecluster.table.follower import TableLog
 from lakecluster.table.handle import LakeTable
 from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
-from lakecluster.table.log import LogGap, NetChanges, TableLog
+from lakecluster.table.log import LogGap, NetChanges
 from lakecluster.table.metadata import METADATA_KEY, parse_user_metadata, table_properties, user_metadata
 from lakecluster.table.paths import TablePaths
 from lakecluster.table.sketch_store import SketchStore, load_or_empty

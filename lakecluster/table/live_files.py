@@ -14,8 +14,8 @@ One row per live file: ``path``, ``size``, ``rows`` (its live rows: the stats' `
 the rows its deletion vector deletes), ``deletion_vector`` (its descriptor, null for none: a file's
 identity is its path and this; ``deletion_vectors.py``), ``base_row_id`` and
 ``default_row_commit_version`` (row tracking's, null without it), ``partition.<p>`` (the partition value as
-text), ``generation``, ``run`` and ``layout`` (from the file name, see ``planner.file_run``; ``layout``
-is the fingerprint of the clustering layout a compaction wrote the file under, ``layout.layout_fingerprint``,
+text), ``generation``, ``run`` and ``layout`` (from the file name, ``DataFile.generation``; ``layout``
+is the fingerprint of the clustering layout a compaction wrote the file under, ``clustering.layout_fingerprint``,
 null for other files), and ``min.<c>``, ``max.<c>`` of the clustering columns (null when the file
 has no stats for them).
 """
@@ -28,6 +28,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,15 +36,15 @@ import pyarrow.compute as pc
 
 from lakecluster.log_stats import partition_array
 from lakecluster.schema import ColumnSpec, arrow_type
-from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, cardinalities, descriptors
+from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, DeletionVector, cardinalities, descriptors, file_key
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
 from lakecluster.table.metadata import table_properties
-from lakecluster.table.snapshot import ROW_TRACKING, Metadata, parse_stats, physical_names
+from lakecluster.table.snapshot import ROW_TRACKING, LiveAdds, Metadata, parse_stats, physical_names
 
 log = logging.getLogger(__name__)
 
-# The basename's first "part-g<generation>-<run>-" (what planner.file_run finds).
+# The basename's first "part-g<generation>-<run>-" .
 _RUN_IN_PATH = r"(?:^|/)[^/]*?part-g(?P<generation>\d+)-(?P<run>[0-9a-f]+)-[^/]*$"
 _SLASH = re.compile(b"/")
 # The same at the very start of a path without "/" (see _generation_and_run).
@@ -283,3 +284,72 @@ def _put(values: pa.Array, at: np.ndarray, new: pa.Array) -> pa.Array:
     mask = np.zeros(len(values), dtype=bool)
     mask[at] = True
     return pc.replace_with_mask(values, pa.array(mask), new)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A live file as the planner sees it. Its identity in the log is its path and its deletion
+    vector (:attr:`key`): a ``DELETE`` may leave the path and change the vector."""
+
+    path: str
+    size: int
+    rows: int  # live rows: the stats' count less the rows the deletion vector deletes
+    partition: tuple[tuple[str, str | None], ...]
+    generation: int
+    run: str | None  # None for generation 0
+    deletion_vector: DeletionVector | None = None
+    base_row_id: int | None = None  # row tracking: the first row's id (null: no row tracking)
+    default_row_commit_version: int | None = None
+
+    @property
+    def partition_values(self) -> dict[str, str | None]:
+        return dict(self.partition)
+
+    @property
+    def key(self) -> str:
+        """The file's identity in the log (``deletion_vectors.file_key``)."""
+        return file_key(self.path, self.deletion_vector)
+
+    def logged(self) -> dict[str, Any]:
+        """The fields the log's ``add`` and ``remove`` actions name this file by."""
+        out: dict[str, Any] = {"path": self.path, "partitionValues": self.partition_values, "size": self.size}
+        if self.deletion_vector is not None:
+            out["deletionVector"] = self.deletion_vector.to_log()
+        if self.base_row_id is not None:
+            out["baseRowId"] = self.base_row_id
+        if self.default_row_commit_version is not None:
+            out["defaultRowCommitVersion"] = self.default_row_commit_version
+        return out
+
+
+def data_files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
+    """The planner's files of rows of the live files' table (``live_files.LiveFiles``)."""
+    names = ["path", "size", "rows", "generation", "run", "deletion_vector", "base_row_id",
+             "default_row_commit_version"]
+    values = {c: rows[c].to_pylist() if c in rows.column_names else [None] * rows.num_rows for c in names}
+    parts = {p: rows[f"partition.{p}"].to_pylist() for p in partition_by}
+    return [
+        DataFile(path, size, n or 0, tuple((p, parts[p][i]) for p in partition_by), gen, run, DeletionVector.of(dv),
+                 base, version)
+        for i, (path, size, n, gen, run, dv, base, version) in enumerate(zip(*(values[c] for c in names), strict=True))
+    ]  # fmt: skip
+
+
+def snapshot_files(location: DeltaLocation, columns: Sequence[ColumnSpec],
+                   partition_by: Sequence[str]) -> tuple[LiveAdds, list[DataFile]]:  # fmt: skip
+    """The table's latest live files (``LiveAdds``: its version and metadata, the add actions with
+    every data column of ``columns``' stats, typed), and those files as the planner's."""
+    by_name = {c.name: c for c in columns}
+    partitions = [by_name[p] for p in partition_by]
+    live = location.read_live_adds(partitions, [c for c in columns if c.name not in partition_by])
+    return live, data_files(live_file_rows(live.actions, partitions, []), partition_by)
+
+
+def off_layout_mask(live: pa.Table, fingerprint: str) -> pa.ChunkedArray:
+    """Which rows of the live files were not written under the layout ``fingerprint``."""
+    return pc.fill_null(pc.not_equal(live["layout"], pa.scalar(fingerprint, pa.string())), True)
+
+
+def off_layout(live: pa.Table, fingerprint: str) -> pa.Array:
+    """The paths of the live files not written under the layout ``fingerprint``."""
+    return live["path"].filter(off_layout_mask(live, fingerprint)).combine_chunks()

@@ -213,10 +213,6 @@ class DeltaLocation:
     def commit_file_exists(self, version: int) -> bool:
         return bool(self.fs.get_file_info(f"{self.log_dir}/{version:020d}.json").is_file)
 
-    def follow(self, app_id: str) -> log.TableLog:
-        """The table's version and ``app_id``'s transaction version, kept current from the log's tail."""
-        return log.TableLog(self, app_id)
-
     # -- writing ---------------------------------------------------------------------------------
 
     def check_writable(self) -> None:

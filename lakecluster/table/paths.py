@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakecluster.uris import is_s3, normalize
+from lakecluster.errors import ConfigError
+from lakecluster.uris import is_local, is_s3, normalize
 
 if TYPE_CHECKING:
     from lakecluster.config import Config
@@ -58,17 +59,33 @@ class TablePaths:
 
     @classmethod
     def of(cls, config: Config) -> TablePaths:
+        """The locations ``config`` names, checked: the quarantine table is another table, and on
+        a cluster every executor must see the same storage (a local path would split the table).
+
+        Raises:
+            ConfigError: naming the key of the location that cannot be used.
+        """
         t = config.table
         table = normalize(t.path)
         stream_id = stream_id_of(config)
         home = f"{table}/{SIDE_FOLDER}/streams/{stream_id}"
-        return cls(
+        paths = cls(
             table=table,
             quarantine=normalize(t.quarantine_path or t.path.rstrip("/") + "_quarantine"),
             index=normalize(config.index.path or f"{table}/{SIDE_FOLDER}/index"),
             stream_id=stream_id,
             checkpoint=normalize(config.stream.checkpoint_location or f"{home}/checkpoint"),
         )
+        if paths.quarantine == paths.table:
+            raise ConfigError("table.quarantine_path", f"{paths.quarantine!r} must differ from table.path "
+                              f"{paths.table!r}", related=("table.path",))  # fmt: skip
+        master = config.spark.master
+        for key, path in paths.locations.items():
+            if not master.startswith("local") and is_local(path):
+                raise ConfigError(key, f"{path!r} is a local path, but spark.master is {master!r}: executors on other "
+                                  "machines would each write their own copy; use shared storage such as "
+                                  "s3://bucket/path", related=("spark.master",))  # fmt: skip
+        return paths
 
     @property
     def streams(self) -> str:

@@ -13,12 +13,13 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from lakecluster.cli.status import table_status
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import plan_files, snapshot_files
+from lakecluster.compaction.planner import plan_files
 from lakecluster.config import StorageConfig
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
 from lakecluster.stream.source import open_source
 from lakecluster.table import LakeTable, user_metadata
+from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.cli.conftest import run_cli, write_ssb_table
 from tests.conftest import lakecluster_cmd, subprocess_env

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from lakecluster.clustering import clustering_depth
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import snapshot_files
 from lakecluster.config import StorageConfig, load_config
-from lakecluster.layout import clustering_depth
 from lakecluster.stream.generator import generate
 from lakecluster.table import LakeTable
+from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL, fill, generator_config

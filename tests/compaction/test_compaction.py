@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from lakecluster.clustering import ClusteringLayout
 from lakecluster.compaction.commit import commit_rewrite
 from lakecluster.compaction.loop import Compactor
 from lakecluster.compaction.rewrite import RewriteSpec, rewrite
@@ -23,7 +24,6 @@ from lakecluster.compaction.rewrite_local import rewrite_local
 from lakecluster.compaction.rewrite_tasks import rewrite_in_tasks
 from lakecluster.config import load_config
 from lakecluster.errors import CompactionConflictError, NoBoundariesError
-from lakecluster.layout import ClusteringLayout
 from lakecluster.sketches import BoundarySketches
 from lakecluster.stream.generator import GeneratorSettings, generate
 from lakecluster.stream.job import StreamJob
@@ -243,8 +243,8 @@ def test_the_local_the_in_task_and_the_spark_rewrite_lay_out_the_same_files(spar
 def test_the_in_task_rewrite_ships_a_record_per_output_file_and_batch_of_rows_not_per_input_file(  # type: ignore[no-untyped-def]
     spark, filled, tmp_path: Path
 ) -> None:
+    from lakecluster.clustering import file_plan
     from lakecluster.compaction import rewrite_tasks
-    from lakecluster.layout import file_plan
 
     table = tmp_path / "t"
     config, _, group, layout = _first_group_and_layout(spark, filled, table, per_batch=1_000)

@@ -10,7 +10,8 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import DataFile, Group
+from lakecluster.compaction.planner import Group
+from lakecluster.table.live_files import DataFile
 from tests.compaction.test_compaction import ENGINES
 from tests.conftest import read_delta
 from tests.generated_tables import generator_config, row_multiset

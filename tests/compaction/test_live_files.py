@@ -11,13 +11,13 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import file_run, snapshot_files
 from lakecluster.config import Config, StorageConfig, load_config
 from lakecluster.errors import TableNotFoundError
 from lakecluster.schema import ColumnSpec
 from lakecluster.table import LakeTable
-from lakecluster.table.live_files import LiveFiles, _runs
+from lakecluster.table.live_files import LiveFiles, _runs, snapshot_files
 from lakecluster.table.location import DeltaLocation
+from tests.file_names import file_run
 from tests.index.tables import COLUMNS, PARTITION_BY, append, batch, checkpoint_and_clean_up, rewrite_partition
 
 BY_NAME = {c.name: c for c in COLUMNS}

@@ -15,7 +15,7 @@ from tests.generated_tables import generator_config, row_multiset
 
 
 def _runs(table: Path) -> dict[str | None, int]:
-    from lakecluster.compaction.planner import file_run
+    from tests.file_names import file_run
 
     runs: dict[str | None, int] = {}
     for path in pa.table(DeltaTable(str(table)).get_add_actions(flatten=True))["path"].to_pylist():

@@ -9,9 +9,10 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakecluster.compaction.planner import DataFile, Group, plan_files, plan_live
+from lakecluster.compaction.planner import Group, plan_files, plan_live
 from lakecluster.config import CompactionConfig
 from lakecluster.table.deletion_vectors import descriptors
+from lakecluster.table.live_files import DataFile
 
 MB = 1 << 20
 

@@ -10,12 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakecluster.compaction.planner import DataFile, Group
+from lakecluster.clustering import ClusteringLayout
+from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
 from lakecluster.compaction.rewrite_local import file_slices, read_local
-from lakecluster.layout import ClusteringLayout
 from lakecluster.schema import ColumnSpec
 from lakecluster.sketches import BoundarySketches
+from lakecluster.table.live_files import DataFile
 
 
 def test_int96_timestamps_outside_the_nanosecond_range_are_read_as_written(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -15,8 +16,8 @@ import pyarrow.compute as pc
 from lakecluster import predicate as P
 from lakecluster.index.prune import evaluate
 from lakecluster.index.stats import ENTRY_FIELDS, FILE_FIELDS, FILE_ROWS, from_log_actions
-from lakecluster.parquet_files import delta_stats
 from lakecluster.schema import ColumnSpec, arrow_schema
+from tests.parquet_writes import delta_stats
 
 
 def spark_like(stats: str, columns: Sequence[ColumnSpec]) -> str:
@@ -101,7 +102,7 @@ def matching_files(tables: Sequence[pa.Table], columns: Sequence[ColumnSpec], ex
     # NaN otherwise (DuckDB 1.4.4 kept a row whose f is null for ``NOT (f > NaN)``).
     con.register("arrow_rows", data)
     con.execute("CREATE TABLE t AS SELECT * FROM arrow_rows")
-    return {r[0] for r in con.execute(f"SELECT DISTINCT _file FROM t WHERE {P.to_sql(expr)}").fetchall()}
+    return {r[0] for r in con.execute(f"SELECT DISTINCT _file FROM t WHERE {to_sql(expr)}").fetchall()}
 
 
 def files_of(rows_per_file: Sequence[Mapping[str, list]], columns: Sequence[ColumnSpec]) -> list[pa.Table]:
@@ -110,3 +111,43 @@ def files_of(rows_per_file: Sequence[Mapping[str, list]], columns: Sequence[Colu
         pa.table({c.name: pa.array(r[c.name], schema.field(c.name).type) for c in columns}, schema=schema)
         for r in rows_per_file
     ]
+
+
+def sql_literal(col: ColumnSpec, value: Any) -> str:
+    """A predicate's value as a DuckDB SQL literal of its column's type."""
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if col.type == "string":
+        return "'" + str(value).replace("'", "''") + "'"
+    if col.is_floating:
+        if value != value:
+            return "CAST('NaN' AS DOUBLE)"
+        if value in (float("inf"), float("-inf")):
+            return f"CAST('{'-' if value < 0 else ''}Infinity' AS DOUBLE)"
+        return f"CAST({float(value)!r} AS DOUBLE)"  # a double, as Spark types a float column's literal
+    if col.type == "date":
+        return f"DATE '{value.isoformat()}'"
+    if col.type == "timestamp":
+        return f"TIMESTAMP '{value.astimezone(dt.UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+    return str(value)
+
+
+def to_sql(expr: P.Expr) -> str:
+    """A predicate as the WHERE clause DuckDB evaluates it by (the oracle's second opinion)."""
+    if isinstance(expr, P.And | P.Or):
+        joiner = " AND " if isinstance(expr, P.And) else " OR "
+        return "(" + joiner.join(to_sql(i) for i in expr.items) + ")"
+    if isinstance(expr, P.Not):
+        return f"(NOT {to_sql(expr.item)})"
+    name = f'"{expr.column.name}"'
+    neg = "NOT " if getattr(expr, "negated", False) else ""
+    if isinstance(expr, P.Compare):
+        return f"({name} {expr.op} {sql_literal(expr.column, expr.value)})"
+    if isinstance(expr, P.InList):
+        return f"({name} {neg}IN ({', '.join(sql_literal(expr.column, v) for v in expr.values)}))"
+    if isinstance(expr, P.Between):
+        lo, hi = sql_literal(expr.column, expr.low), sql_literal(expr.column, expr.high)
+        return f"({name} {neg}BETWEEN {lo} AND {hi})"
+    if isinstance(expr, P.IsNull):
+        return f"({name} IS {neg}NULL)"
+    return f"({name} {neg}LIKE {sql_literal(expr.column, expr.pattern)} ESCAPE '\\')"

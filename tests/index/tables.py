@@ -14,12 +14,12 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from lakecluster.compaction.planner import snapshot_files
 from lakecluster.config import StorageConfig
 from lakecluster.index.spec import IndexSpec
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.table import LakeTable
+from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.parquet_writes import write_files
 

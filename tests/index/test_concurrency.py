@@ -32,7 +32,7 @@ from lakecluster.errors import StatsIndexError
 from lakecluster.index import store as store_module
 from lakecluster.index.prune import evaluate, prune
 from lakecluster.index.spec import IndexSpec
-from lakecluster.index.stats import from_add_actions
+from lakecluster.index.stats import add_action_parts, empty_rows
 from lakecluster.index.store import IndexStore, Manifest
 from lakecluster.index.sync import rebuild, store_for, sync
 from lakecluster.storage import delta_options
@@ -152,7 +152,8 @@ class LogOracle:
     def _stats(self, version: int) -> tuple[pa.Table, dict[str, pa.Table]]:
         if version not in self._versions:
             actions = pa.table(DeltaTable(str(self.table), version=version).get_add_actions(flatten=True))
-            rows = from_add_actions(actions, self.indexed, self.partition_by, 0, None)
+            rows = (pa.concat_tables(list(add_action_parts(actions, self.indexed, self.partition_by, 0)))
+                    if actions.num_rows else empty_rows())
             self._versions[version] = split_rows(rows)
         return self._versions[version]
 

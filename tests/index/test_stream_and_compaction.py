@@ -11,15 +11,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from lakecluster.clustering import clustering_depth
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import snapshot_files
 from lakecluster.config import StorageConfig
 from lakecluster.index.prune import prune
 from lakecluster.index.reader import read_candidates
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import rebuild, store_for, sync
-from lakecluster.layout import clustering_depth
 from lakecluster.table import LakeTable
+from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.conftest import duckdb_connection
 from tests.generated_tables import fill, generator_config

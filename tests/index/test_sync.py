@@ -19,7 +19,7 @@ from lakecluster.index.prune import prune
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.stats import ENTRY_FIELDS, FILE_FIELDS
 from lakecluster.index.store import merge_plan
-from lakecluster.index.sync import is_current, rebuild, store_for, sync
+from lakecluster.index.sync import rebuild, store_for, stored_unusable, sync
 from lakecluster.table import LakeTable
 from tests.index.tables import append, batch, rewrite_partition
 
@@ -249,3 +249,9 @@ def test_without_sync_prune_answers_as_after_a_sync_over_appends_rewrites_and_no
     assert snapshot_of(table) == before
     assert prune(spec, "id >= 0").commits_from_log == 3
     assert in_memory == answers("sync")
+
+
+def is_current(spec: IndexSpec) -> bool:
+    """Whether the stored index answers for the table's latest version as it is."""
+    manifest = store_for(spec).manifest()
+    return manifest is not None and not stored_unusable(spec, manifest)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from lakecluster.table import DeltaLocation, LakeTable, NetChanges
+from lakecluster.table import DeltaLocation, LakeTable, NetChanges, TableLog
 from lakecluster.table.log import commit_info
 from tests.index.tables import append, batch, checkpoint_and_clean_up, rewrite_partition
 
@@ -20,8 +20,8 @@ def location(table: Path) -> DeltaLocation:
 def test_table_log_follows_versions_transactions_and_commit_infos(tmp_path: Path) -> None:
     table = tmp_path / "t"
     append(table, batch(0, 50, seed=1), 0)
-    followed = location(table).follow("test")
-    other_app = location(table).follow("another")
+    followed = TableLog(location(table), "test")
+    other_app = TableLog(location(table), "another")
     assert (followed.version, followed.txn_version, other_app.txn_version) == (1, 0, None)
     for batch_id in (1, 2):
         append(table, batch(50 * batch_id, 50, seed=batch_id), batch_id)
@@ -41,7 +41,7 @@ def test_table_log_follows_versions_transactions_and_commit_infos(tmp_path: Path
 def test_table_log_reads_the_snapshot_again_after_a_gap(tmp_path: Path) -> None:
     table = tmp_path / "t"
     append(table, batch(0, 50, seed=1), 0)
-    followed = location(table).follow("test")
+    followed = TableLog(location(table), "test")
     for batch_id in (1, 2, 3):
         append(table, batch(50 * batch_id, 50, seed=batch_id), batch_id)
     version = checkpoint_and_clean_up(table, keep_from=2)
@@ -73,7 +73,7 @@ def test_net_changes_and_commit_info_read_from_the_json_commits(tmp_path: Path) 
 def test_a_line_separator_inside_a_string_of_a_commit_does_not_cut_the_action(tmp_path: Path) -> None:
     table = tmp_path / "t"
     append(table, batch(0, 10, seed=1), 0)
-    followed = location(table).follow("test")
+    followed = TableLog(location(table), "test")
     # Unicode line and paragraph separators and NEL: writers leave them unescaped in the stats
     odd = batch(10, 10, seed=2).set_column(1, "city", pa.array(["a\u2028b", "c\u2029d", "e\x85f"] + ["x"] * 7))
     append(table, odd, 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lakecluster.layout import clustering_depth
+from lakecluster.clustering import clustering_depth
 from lakecluster.sketches import BoundarySketches
 from lakecluster.table import LakeTable
 from lakecluster.table import live_files as live_files_module

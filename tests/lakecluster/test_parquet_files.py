@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakecluster.parquet_files import (
-    delta_stats,
     partition_value_string,
     split_by_partition,
 )
+from tests.parquet_writes import delta_stats
 
 UTC = dt.UTC
 

@@ -13,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakecluster.config import load_config
-from lakecluster.parquet_files import delta_stats
 from lakecluster.stats_columns import STRING_PREFIX, stats_columns, string_max, string_min, without_stats
-from tests.parquet_writes import write_files
+from tests.parquet_writes import delta_stats, write_files
 
 COLUMNS = [f"c{i:02d}" for i in range(40)]
 # Code points around the ones the cut treats specially; surrogates cannot be in UTF-8 data.

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from lakecluster.clustering import clustering_depth
 from lakecluster.config import load_config
-from lakecluster.layout import clustering_depth
 from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from lakecluster.table import LakeTable, user_metadata
+from lakecluster.table import LakeTable, TableLog, user_metadata
 from stream.sink import files_written
 
 pytestmark = pytest.mark.integration
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 def test_files_written_counts_the_streams_commit_even_when_a_compaction_commits_after_it(spark, tmp_path: Path) -> None:
     path = str(tmp_path / "t")
     spark.range(0, 400).selectExpr("id", "id % 7 AS k").repartition(4).write.format("delta").save(path)
-    table_log = LakeTable.at(path).delta.follow("s")  # what the sink follows the table with
+    table_log = TableLog(LakeTable.at(path).delta, "s")  # what the sink follows the table with
     before = table_log.version
     meta = user_metadata(stream="s", batch=1, txn=1)
     (spark.range(400, 1000).selectExpr("id", "id % 7 AS k").repartition(3).write.format("delta").mode("append")

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lakecluster.compaction.planner import DataFile
 from lakecluster.sizes import human_bytes
+from lakecluster.table.live_files import DataFile
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The event-log importer (``compaction.eventlog``, ``compaction.eventlog_import``) on logs written
+"""The event-log importer (``workload.eventlog``, ``workload.eventlog_import``) on logs written
 by a real pyspark + delta-spark application (tests/eventlog_app.py, run once for the module in a
 JVM of its own, since an event log is set before a session starts): its records against the query
 listener's for the same queries in the same application, every codec and layout of a log Spark
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from lakecluster.compaction.capture import read_capture
-from lakecluster.compaction.eventlog_import import import_eventlogs
 from lakecluster.config import WorkloadConfig
 from lakecluster.errors import InputError
 from lakecluster.table import LakeTable
+from lakecluster.workload.capture import read_capture
+from lakecluster.workload.eventlog_import import import_eventlogs
 from tests.conftest import subprocess_env
 from tests.eventlog_app import QUERIES
 

@@ -34,7 +34,7 @@ from lakecluster.config import CompactionConfig
 from lakecluster.sizes import human_duration
 
 from .capture import Capture, CapturedScan
-from .workload import Predicate, Query
+from .queries import Predicate, Query
 
 
 @dataclass(frozen=True)

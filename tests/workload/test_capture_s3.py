@@ -23,11 +23,11 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import write_deltalake
 
-from lakecluster.compaction.capture import expire, read_capture
-from lakecluster.compaction.eventlog_import import import_eventlogs
-from lakecluster.compaction.workload import Predicate
 from lakecluster.config import StorageConfig, WorkloadConfig
 from lakecluster.table import LakeTable
+from lakecluster.workload.capture import expire, read_capture
+from lakecluster.workload.eventlog_import import import_eventlogs
+from lakecluster.workload.queries import Predicate
 from tests.cli.conftest import run_cli
 from tests.conftest import subprocess_env
 from tests.services.s3 import S3Server, unique_prefix
@@ -42,7 +42,7 @@ APPLICATION = """
 import json, sys
 from lakecluster.config import SparkConfig, StorageConfig
 from lakecluster.spark import get_session
-from lakecluster.workload_listener import LISTENER_CLASS, LISTENERS_KEY
+from lakecluster.workload.listener import LISTENER_CLASS, LISTENERS_KEY
 from tests.spark_scans import files_scanned
 
 table, storage, queries = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])

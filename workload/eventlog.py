@@ -7,7 +7,7 @@ it records: each SQL execution's plan (``SparkListenerSQLExecutionStart``, repla
 (``SparkListenerSQLExecutionEnd`` without an ``errorMessage``). Every scan of a Delta table
 (a ``FileSourceScanExec`` whose ``Location`` is one of Delta's file indexes) of a successful
 execution becomes one record; its filters are read from the plan's text
-(:mod:`lakecluster.compaction.plan_filters`).
+(:mod:`lakecluster.workload.plan_filters`).
 
 A log is a single file (``<app id>[.lz4|.snappy|.zstd][.inprogress]``) or a rolling log's folder
 (``eventlog_v2_<app id>/events_<n>_<app id>[.codec]``, Spark 4's default); a line that is not an

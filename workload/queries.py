@@ -51,7 +51,7 @@ class Predicate:
 class Query:
     """One query of a workload; ``weight``: how many times it counts in the workload's mean (1 for a
     line of a workload file, whose repeats count as separate queries; the number of scans of one
-    predicate set for a captured workload, ``compaction.captured``)."""
+    predicate set for a captured workload, ``workload.captured``)."""
 
     line: int
     text: str

@@ -27,11 +27,8 @@ candidates, not a promise.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import itertools
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,33 +37,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecluster.compaction.partition_sizes import PartitionSizes
-from lakecluster.compaction.planner import DataFile, snapshot_files
-from lakecluster.compaction.table_sketches import parent_candidates
+from lakecluster.clustering import choose_levels, even_cuts
 from lakecluster.cuts import Unit, level_cuts
 from lakecluster.errors import LakeclusterError
 from lakecluster.hierarchy import parent_choices
-from lakecluster.layout import choose_levels, even_cuts
-from lakecluster.log_stats import partition_array
-from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.sketches import numeric_values
-from lakecluster.table import DeltaLocation, LakeTable, table_properties
-from lakecluster.table.file_rows import file_head
+from lakecluster.workload.queries import Predicate, Query, WorkloadError
 
-from .workload import Predicate, Query, WorkloadError
-
-MAX_COLUMNS = 4
 MAX_PARTITIONS = 1000
-WEIGHT_ROUNDS = 8
 MAX_WEIGHT = 16.0  # a column weighted 16 gets about 16 times the levels of one weighted 1 (choose_levels)
-# A recommendation must read at least this share fewer files per query than the current layout:
-# below it the gain is within what a sample-based estimate can tell, and adopting a layout costs
-# re-clustering the table (``tune --min-gain``).
-MIN_GAIN = 0.02
-GRID_WEIGHTS = (1.0, 4.0, 16.0)  # the coarse grid one of _tune_weights' descents starts from
-WEIGHT_FACTORS = (16.0, 8.0, 4.0, 2.0, 1.25, 0.8, 0.5, 0.25, 0.125, 0.0625)  # one step of its descent
 MIN_PARTITION_FILES = 1.0  # a partition smaller than a file is still one file
-MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
 MIN_ROWS_PER_VALUE = 10  # a column with fewer sampled rows per value determines no other one
 # What the search minimises (``Scored.objective``): "mean", the files read on average (the default);
 # "no-query-worse", first the share of the queries that read more files than on the equal-bits
@@ -124,41 +104,6 @@ class Scored:
         weights = self.weights or [1.0] * len(self.files_read)  # as mean_files_read counts them
         worse = sum(weights[q] for q in self.worse_than_reference) / max(sum(weights), 1e-300)
         return round(worse, 6), round(self.mean_files_read, 6)
-
-
-def sample_rows(location: DeltaLocation, files: Sequence[DataFile], columns: Sequence[ColumnSpec], limit: int,
-                seed: int = 0) -> tuple[pa.Table, np.ndarray]:  # fmt: skip
-    """About ``limit`` live rows of ``columns`` from every partition of the table in proportion to
-    its rows (at least a few from each), and per row the number of the table's rows it stands for.
-    Partition columns among ``columns`` take their values from each file's partition."""
-    strata: dict[tuple[tuple[str, str | None], ...], list[DataFile]] = {}
-    for f in files:
-        strata.setdefault(f.partition, []).append(f)
-    total = sum(f.rows for f in files)
-    floor = max(1, min(MIN_STRATUM_ROWS, limit // max(1, len(strata))))
-    rng = random.Random(seed)
-    partition_names = {p for f in files for p, _ in f.partition}
-    data = pa.schema([pa.field(c.name, arrow_type(c)) for c in columns if c.name not in partition_names])
-    parts, weights = [], []
-    for members in strata.values():
-        stratum_rows = sum(f.rows for f in members)
-        wanted = min(stratum_rows, max(floor, round(limit * stratum_rows / max(total, 1))))
-        rng.shuffle(members)
-        taken = 0
-        for f in members:
-            if taken >= wanted:
-                break
-            piece = file_head(location.fs, location.root, f, min(f.rows, wanted - taken), data)
-            value = dict(f.partition)
-            parts.append(pa.table({c.name: piece[c.name] if c.name in data.names
-                                   else partition_array(c, [value.get(c.name)] * piece.num_rows)
-                                   for c in columns}))  # fmt: skip
-            taken += piece.num_rows
-        if taken:
-            weights.append(np.full(taken, stratum_rows / taken))
-    if not parts:
-        return pa.table({c.name: pa.array([], arrow_type(c)) for c in columns}), np.zeros(0)
-    return pa.concat_tables(parts).combine_chunks(), np.concatenate(weights)
 
 
 class WorkloadModel:
@@ -471,196 +416,6 @@ class _Partitioned:
     codes: np.ndarray  # each sample row's partition
     part_rows: np.ndarray  # rows each partition stands for
     read: list[np.ndarray] = field(default_factory=list)
-
-
-def recommend(model: WorkloadModel, current: Candidate | None, *,
-              partitionings: Sequence[tuple[str, ...]] | None = None) -> list[Scored]:  # fmt: skip
-    """Every candidate scored, best first: fewest files read on average, then the simpler layout.
-
-    ``partitionings``: the partition columns candidates may have (default: none, or one filtered
-    column of at most ``MAX_PARTITIONS`` values); the compactor passes the table's own, which an
-    existing Delta table cannot change.
-    """
-    scored = [model.score(current)] if current is not None else []
-    seen = {(current.clustering_columns, current.weights, current.partition_by)} if current is not None else set()
-    ranked = list(model.usage())
-    if partitionings is None:
-        partitionings = [(), *((c,) for c in model.partition_columns())]
-    for partition in partitionings:
-        pool = [c for c in ranked if c not in partition][:MAX_COLUMNS]
-        for size in range(1, len(pool) + 1):
-            for cols in itertools.combinations(pool, size):
-                uniform = model.score(Candidate(cols, tuple(1.0 for _ in cols), partition))
-                found = [uniform]
-                if size > 1:
-                    tuned = _tune_weights(model, uniform)
-                    if tuned.objective < uniform.objective:
-                        found.append(tuned)
-                for one in found:
-                    key = (one.candidate.clustering_columns, one.candidate.weights, one.candidate.partition_by)
-                    if key not in seen:  # the current layout is already there, marked as such
-                        seen.add(key)
-                        scored.append(one)
-    return sorted(scored, key=_simplest_best)
-
-
-def recommend_weights(model: WorkloadModel, current: Candidate) -> list[Scored]:
-    """The current clustering columns and partitioning kept, only their weights searched (``tune
-    --queries --keep-columns``): the current weights, equal weights, and the best weights
-    ``_tune_weights`` finds from the better of the two, best first."""
-    now = model.score(current)
-    even = model.score(dataclasses.replace(current, weights=tuple(1.0 for _ in current.weights), current=False))
-    found = [now, even]
-    if len(current.clustering_columns) > 1:
-        tuned = _tune_weights(model, min((now, even), key=lambda s: s.objective))
-        found.append(dataclasses.replace(tuned, candidate=dataclasses.replace(tuned.candidate, current=False)))
-    scored, seen = [], set()
-    for one in found:  # the current layout first: a tie keeps it
-        if one.candidate.weights not in seen:
-            seen.add(one.candidate.weights)
-            scored.append(one)
-    return sorted(scored, key=_simplest_best)
-
-
-def _simplest_best(s: Scored) -> tuple[tuple[float, float], bool, int, int, int]:
-    c = s.candidate  # on a tie: the current layout (no change), then the one with fewer files, partitions, columns
-    return s.objective, not c.current, s.files, len(c.partition_by), len(c.clustering_columns)
-
-
-@dataclass
-class Advice:
-    """Candidate layouts for a workload scored on a sample of the table, best first, and why the
-    best is not recommended (``withheld``; None: it is)."""
-
-    version: int
-    files: list[DataFile]
-    sample_rows: int
-    ranked: list[Scored]
-    withheld: str | None
-    actions: pa.Table  # the add actions of ``files``, with their stats (``snapshot_files``)
-
-    @property
-    def current(self) -> Scored:
-        return next(s for s in self.ranked if s.candidate.current)
-
-    @property
-    def best(self) -> Scored | None:
-        return None if self.withheld else self.ranked[0]
-
-    @property
-    def table_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
-    @property
-    def table_rows(self) -> int:
-        return sum(f.rows for f in self.files)
-
-
-def current_candidate(columns: Sequence[str], weights: dict[str, float], partition_by: Sequence[str]) -> Candidate:
-    """The layout in effect, marked as the current one."""
-    return Candidate(tuple(columns), tuple(weights.get(c, 1.0) for c in columns), tuple(partition_by), current=True)
-
-
-def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candidate, sample_limit: int,
-                  partitionings: Sequence[tuple[str, ...]] | None = None,
-                  keep_columns: bool = False, min_gain: float = 0.0,
-                  objective: str = OBJECTIVES[0]) -> Advice:  # fmt: skip
-    """Score the candidate layouts for ``queries`` on a sample of ``lake``'s latest version; with
-    ``keep_columns``, only the weights of the current clustering columns (``recommend_weights``).
-    The best is withheld when it reads less than ``min_gain`` fewer files than the current layout
-    and has no fewer queries worse than on the equal-bits layout (``objective``: ``OBJECTIVES``).
-
-    Raises:
-        WorkloadError: a query compares a column with a value of another type.
-        LakeclusterError: the table has no rows.
-    """
-    config = lake.config
-    t = config.table
-    live, files = snapshot_files(lake.delta, t.columns, t.partition_by)
-    used = {c for q in queries for c in q.columns}
-    parents: list[str] = []
-    if config.compaction.group_by_parents:  # the columns the compactor looks for parents among
-        parents = parent_candidates(config, table_properties(live.metadata.configuration))
-    wanted = used | set(current.clustering_columns) | set(t.partition_by) | set(parents)
-    columns = [c for c in t.columns if c.name in wanted]
-    sample, weights = sample_rows(lake.delta, files, columns, sample_limit)
-    target = config.compaction.target_file_bytes
-    model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents,
-                          boundaries=config.sketches.boundaries, objective=objective,
-                          reference_layout=(current.clustering_columns, current.partition_by))  # fmt: skip
-    ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
-                                                                               partitionings=partitionings)
-    withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target, min_gain=min_gain)
-    return Advice(live.metadata.version, files, sample.num_rows, ranked, withheld, live.actions)
-
-
-def why_no_recommendation(ranked: list[Scored], sizes: PartitionSizes, target_file_bytes: int, *,
-                          min_gain: float = 0.0) -> str | None:  # fmt: skip
-    """Why the best-ranked layout is no better than the others, or not better enough than the
-    current one, to be recommended (None: it is a recommendation). Better enough: fewer of the
-    queries read more files than on the equal-bits layout (``Scored.objective``), or as many and
-    ``gain`` at least ``min_gain``."""
-    if sizes.below_one_file(target_file_bytes):
-        return sizes.describe(target_file_bytes)
-    if len({s.objective for s in ranked}) == 1:
-        return (f"every candidate layout reads {ranked[0].mean_files_read:,.1f} file(s) per query on average: "
-                "the workload does not tell them apart")  # fmt: skip
-    best, current = ranked[0], next((s for s in ranked if s.candidate.current), None)
-    if current is not None and best is not current and best.objective[0] < current.objective[0]:
-        return None  # fewer of the queries read more than on the equal-bits layout: worth it at any mean
-    if current is not None and best is not current and (share := gain(best, current)) < min_gain:
-        return (f"the best layout reads {best.mean_files_read:,.1f} file(s) per query on average against the current "
-                f"{current.mean_files_read:,.1f}, {share:.2%} fewer: below the {min_gain * 100:g}% worth "
-                "re-clustering the table for")  # fmt: skip
-    return None
-
-
-def gain(layout: Scored, current: Scored) -> float:
-    """The share fewer files per query ``layout`` reads than ``current`` (negative: more), to 4
-    decimals: what is printed is what is compared with a minimum."""
-    if current.mean_files_read <= 0:
-        return 0.0
-    return round(1.0 - layout.mean_files_read / current.mean_files_read, 4)
-
-
-def _tune_weights(model: WorkloadModel, start: Scored) -> Scored:
-    """The column weights that read the fewest files on average: a descent from ``start`` and one
-    from the best of a coarse grid (each weight 1, 4 or 16 times the least one), each scaling one
-    weight at a time by the factor, from 1/16 to 16, that lowers the mean most while one does.
-
-    Long steps and two starts because the levels move in whole steps and the mean is not convex
-    in the weights: small steps from equal weights alone can stop where no step of 2 helps, far
-    from the best split."""
-    grid = start
-    for weights in itertools.product(GRID_WEIGHTS, repeat=len(start.candidate.weights)):
-        if min(weights) == 1.0 and max(weights) > 1.0:
-            trial = model.score(dataclasses.replace(start.candidate, weights=weights))
-            if trial.objective < grid.objective:
-                grid = trial
-    return min((_descend(model, start), _descend(model, grid)), key=lambda s: s.objective)
-
-
-def _descend(model: WorkloadModel, start: Scored) -> Scored:
-    best = start
-    for _ in range(WEIGHT_ROUNDS):
-        improved = False
-        for i in range(len(best.candidate.weights)):
-            step = best
-            for factor in WEIGHT_FACTORS:
-                w = list(best.candidate.weights)
-                w[i] *= factor
-                low = min(w)
-                weights = tuple(round(x / low, 2) for x in w)
-                if max(weights) > MAX_WEIGHT:
-                    continue
-                trial = model.score(dataclasses.replace(best.candidate, weights=weights))
-                if trial.objective < step.objective:
-                    step = trial
-            if step is not best:
-                best, improved = step, True
-        if not improved:
-            break
-    return best
 
 
 @functools.lru_cache(maxsize=4096)

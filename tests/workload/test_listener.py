@@ -1,5 +1,5 @@
 """The query listener (``lakecluster/jvm/WorkloadListener.java``) on real Spark queries of a real
-Delta table: what it records, read back by ``compaction.capture``; files read against Spark's own
+Delta table: what it records, read back by ``workload.capture``; files read against Spark's own
 ``numFiles``; many threads and a second application capturing at once; a table it cannot write to.
 
 The listener is registered on the suite's session for each test and unregistered after it, so
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from lakecluster.compaction.capture import CapturedScan, read_capture
-from lakecluster.compaction.workload import Predicate
 from lakecluster.config import WorkloadConfig
 from lakecluster.table import LakeTable
-from lakecluster.workload_listener import LISTENER_CLASS, listener_conf, listener_jar
+from lakecluster.workload.capture import CapturedScan, read_capture
+from lakecluster.workload.listener import LISTENER_CLASS, listener_conf, listener_jar
+from lakecluster.workload.queries import Predicate
 from tests.conftest import subprocess_env
 from tests.spark_scans import files_scanned
 
@@ -254,7 +254,7 @@ def test_the_listeners_defaults_are_the_configurations() -> None:
     ``[workload]`` defaults that docs/configuration.md states."""
     import re
 
-    from lakecluster.workload_listener import LISTENER_KEYS
+    from lakecluster.workload.listener import LISTENER_KEYS
 
     source = (Path(__file__).parents[2] / "lakecluster" / "jvm" / "WorkloadWriter.java").read_text()
     java = {name: float(int(number) << int(shift or 0))  # "1000", "16L << 20"

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from lakecluster.compaction.planner import file_run
-from lakecluster.layout import ClusteringLayout, choose_levels, even_cuts, file_plan, layout_fingerprint, level_cost
+from lakecluster.clustering import ClusteringLayout, choose_levels, even_cuts, file_plan, layout_fingerprint, level_cost
 from lakecluster.sketches import BoundarySketches, ColumnSketch
+from tests.file_names import file_run
 
 
 @pytest.mark.parametrize("target", [1, 3, 8, 100, 1000, 5000])
@@ -260,7 +260,7 @@ def test_no_grouping_where_the_boundaries_are_not_the_values_or_the_parent_is_cl
     assert parents["town"].parent == "zone"
     # 3,000 values in 1,024 boundaries: a rank holds several towns of different zones; in 4,096
     # each town is a rank of its own
-    from lakecluster.layout import _usable_parents
+    from lakecluster.clustering import _usable_parents
 
     sketch = ColumnSketch("string")
     sketch.update(towns)

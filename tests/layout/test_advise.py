@@ -11,24 +11,15 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from lakecluster.compaction.advise import (
-    GRID_WEIGHTS,
-    MIN_GAIN,
-    Candidate,
-    Scored,
-    WorkloadModel,
-    equal_bits_levels,
-    recommend,
-    recommend_weights,
-    sample_rows,
-    why_no_recommendation,
-)
-from lakecluster.compaction.partition_sizes import PartitionSizes
-from lakecluster.compaction.planner import snapshot_files
-from lakecluster.compaction.workload import Predicate, WorkloadError, parse_workload
 from lakecluster.config import StorageConfig, load_config
+from lakecluster.layout.advise import sample_rows
+from lakecluster.layout.model import Candidate, Scored, WorkloadModel, equal_bits_levels
+from lakecluster.layout.partition_sizes import PartitionSizes
+from lakecluster.layout.search import GRID_WEIGHTS, MIN_GAIN, recommend, recommend_weights, why_no_recommendation
 from lakecluster.schema import ColumnSpec
+from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
+from lakecluster.workload.queries import Predicate, WorkloadError, parse_workload
 
 COLUMNS = load_config(None).table.columns  # the SSB-like schema
 

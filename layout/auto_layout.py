@@ -41,7 +41,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,19 +51,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster import metrics
-from lakecluster.compaction.adoptions import Adoption, AdoptionStore
-from lakecluster.compaction.advise import Scored, column_scalar, current_candidate, gain, layout_advice
-from lakecluster.compaction.capture import read_capture
-from lakecluster.compaction.captured import captured_queries, too_little
-from lakecluster.compaction.planner import Group, data_files
-from lakecluster.compaction.relayout import off_layout, relayout_groups
-from lakecluster.compaction.workload import Predicate, Query
+from lakecluster.clustering import layout_fingerprint
 from lakecluster.config import CompactionConfig, Config
-from lakecluster.layout import layout_fingerprint
+from lakecluster.layout.adoptions import Adoption, AdoptionStore
+from lakecluster.layout.advise import current_candidate, layout_advice
+from lakecluster.layout.model import Scored, column_scalar
+from lakecluster.layout.search import gain
 from lakecluster.sizes import human_bytes, human_duration
 from lakecluster.table import DeltaLocation, LakeTable, parse_user_metadata
+from lakecluster.table.live_files import off_layout
+from lakecluster.workload.capture import read_capture
+from lakecluster.workload.captured import captured_queries, too_little
+from lakecluster.workload.queries import Predicate, Query
 
 log = logging.getLogger(__name__)
+
+# (live files to re-cluster, the compaction settings of its groups, each file's priority) -> the
+# bytes of the re-cluster's first group: the compactor's grouping, which the policy does not own.
+FirstGroupBytes = Callable[[pa.Table, CompactionConfig, Mapping[str, float]], int]
 
 PARALLEL_READS = 16  # commit files the budget's ledger reads at once
 DAY_S = 86_400.0
@@ -241,8 +246,12 @@ def _between(low: Any, high: Any, p: Predicate, type_: pa.DataType) -> Any:
 class AutoLayout:
     """The layout loop of one compactor: when to score, the scoring, the adoption, the budget."""
 
-    def __init__(self, table: LakeTable, *, store: AdoptionStore | None = None) -> None:
+    def __init__(self, table: LakeTable, first_group_bytes: FirstGroupBytes, *,
+                 store: AdoptionStore | None = None) -> None:  # fmt: skip
+        """``first_group_bytes``: the bytes of the first group the compactor would re-cluster the
+        given live files in (the budget must hold it for an adoption to start)."""
         self.table = table
+        self.first_group_bytes = first_group_bytes
         self.store = store or AdoptionStore(table)
         self.ledger = RewriteLedger(table.delta)
         self.last_cost: float | None = None  # wall time of the last scoring
@@ -289,19 +298,6 @@ class AutoLayout:
         metrics.RELAYOUT_BUDGET_BYTES.set(limit)
         metrics.RELAYOUT_BUDGET_USED.set(used)
         return {"limit": limit, "used": used, "left": max(0, limit - used)}
-
-    def within_budget(self, groups: list[Group], left: int) -> tuple[list[Group], bool]:
-        """The round's groups with the re-cluster's cut to the bytes ``left`` of the budget (in
-        order: a group that does not fit pauses the ones behind it too); whether any was cut."""
-        kept, cut = [], False
-        for g in groups:
-            if g.relayout:
-                if cut or g.bytes > left:
-                    cut = True
-                    continue
-                left -= g.bytes
-            kept.append(g)
-        return kept, cut
 
     def note_budget(self, paused: bool, limit: int, used: int, window: float = DAY_S) -> None:
         """Metric and log line when the re-clustering pauses for its budget (``limit`` bytes per
@@ -396,10 +392,8 @@ class AutoLayout:
         todo = pending(live, fingerprint)
         rows = live.filter(pc.is_in(live["path"], value_set=todo))
         result.budget = self.budget(config, live, version)
-        groups = relayout_groups(data_files(rows, config.table.partition_by), capped(config, result.budget["limit"]),
-                                 priority=self.priority)  # fmt: skip
         result.recluster_bytes = int(pc.sum(rows["size"]).as_py() or 0)
-        first = groups[0].bytes if groups else 0
+        first = self.first_group_bytes(rows, capped(config, result.budget["limit"]), self.priority)
         if first > result.budget["left"]:
             return (f"not adopted: the re-cluster's first group ({human_bytes(first)}) does not fit the "
                     f"{human_bytes(result.budget['left'])} left of compaction.rewrite_budget_bytes_per_day "

@@ -1,6 +1,6 @@
-"""Reading the query listener's capture files back (``compaction.capture``), and deleting old ones:
+"""Reading the query listener's capture files back (``workload.capture``), and deleting old ones:
 records in the listener's format (docs/workload.md), written here by hand so every case of a bad
-file is exact. What the listener itself writes is checked in tests/lakecluster/test_workload_listener.py."""
+file is exact. What the listener itself writes is checked in tests/workload/test_listener.py."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from lakecluster.compaction.capture import expire, predicate_of, read_capture, shape_of
-from lakecluster.compaction.workload import Predicate
 from lakecluster.config import WorkloadConfig
 from lakecluster.table import LakeTable
+from lakecluster.workload.capture import expire, predicate_of, read_capture, shape_of
+from lakecluster.workload.queries import Predicate
 from tests.workload_records import record, write
 
 NOW = time.time()
@@ -65,8 +65,7 @@ def test_records_read_back_oldest_first_with_typed_predicates(tmp_path: Path) ->
     assert [s.execution_id for s in capture.scans] == [1, 2]
     assert capture.scans[1].predicates == (Predicate("q", "range", low=Decimal(4)), Predicate("p", "eq", (Decimal(1),)))
     assert capture.scans[1].shape == "p = AND q >"
-    query = capture.scans[0].as_query(1)
-    assert query.predicates == (Predicate("c", "eq", ("X",)),) and query.text == "c ="
+    assert capture.scans[0].predicates == (Predicate("c", "eq", ("X",)),) and capture.scans[0].shape == "c ="
 
 
 def test_malformed_lines_and_oversized_files_are_skipped_with_a_warning(
@@ -79,7 +78,7 @@ def test_malformed_lines_and_oversized_files_are_skipped_with_a_warning(
     big = write(tmp_path, t0 + 1, [record(t0 + 1, 3)] * 200, seq=2)
     (big.parent / ".in-flight.jsonl.tmp").write_text("{partial")  # a writer's temporary file: not read
     (big.parent / "notes.txt").write_text("not a capture file")
-    with caplog.at_level(logging.WARNING, logger="lakecluster.compaction.capture"):
+    with caplog.at_level(logging.WARNING, logger="lakecluster.workload.capture"):
         capture = read_capture(LakeTable.at(str(tmp_path)), WorkloadConfig(max_file_bytes=big.stat().st_size // 3))
     assert [s.execution_id for s in capture.scans] == [1, 2]  # the good lines of the bad file
     reasons = {s["file"]: s["reason"] for s in capture.skipped}

@@ -1,5 +1,5 @@
-"""Reading a scan's filters from a plan's text (``compaction.plan_filters``): the forms Spark prints
-(tests/compaction/test_eventlog.py reads them from real logs), tricky constants, and the rule that
+"""Reading a scan's filters from a plan's text (``workload.plan_filters``): the forms Spark prints
+(tests/workload/test_eventlog.py reads them from real logs), tricky constants, and the rule that
 a value is never guessed: a string constant of any text reads back as itself or as ``other``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakecluster.compaction.plan_filters import Columns, parse_filters
+from lakecluster.workload.plan_filters import Columns, parse_filters
 
 TYPES = {"city": "string", "qty": "int", "id": "bigint", "ratio": "double", "rev": "decimal(18,2)", "day": "date",
          "ts": "timestamp", "ntz": "timestamp_ntz", "ok": "boolean", "blob": "binary", "a b": "string"}  # fmt: skip

@@ -1,4 +1,4 @@
-"""The captured workload as tune's queries (``compaction.captured``): scans grouped by their
+"""The captured workload as tune's queries (``workload.captured``): scans grouped by their
 predicates into queries weighted by their scans, ranked by what they read now, and when the
 capture is too little to decide on."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lakecluster.compaction.advise import Candidate, WorkloadModel
-from lakecluster.compaction.capture import read_capture
-from lakecluster.compaction.captured import captured_queries, describe, effective_scans, too_little
-from lakecluster.compaction.workload import Predicate, Query
 from lakecluster.config import CompactionConfig, WorkloadConfig
+from lakecluster.layout.model import Candidate, WorkloadModel
 from lakecluster.table import LakeTable
+from lakecluster.workload.capture import read_capture
+from lakecluster.workload.captured import captured_queries, describe, effective_scans, too_little
+from lakecluster.workload.queries import Predicate, Query
 from tests.workload_records import record, write
 
 NOW = time.time() * 1000

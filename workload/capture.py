@@ -4,7 +4,7 @@ The listener (``lakecluster/jvm/WorkloadListener.java``) writes one JSON object 
 per scan of the table by a successful query, into immutable files of its own under
 ``<table>/_lakecluster/workload/day=<yyyy-mm-dd>/`` (the format: docs/workload.md). Here they
 become :class:`CapturedScan` records whose predicates are the :class:`Predicate` model of a
-workload file (``compaction.workload``), so a layout can be scored on them as on ``tune
+workload file (``workload.queries``), so a layout can be scored on them as on ``tune
 --queries``.
 
 Reading never fails on what a writer left: a file over twice ``workload.max_file_bytes``, a line
@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 from lakecluster.config import WorkloadConfig
 from lakecluster.table import LakeTable
 
-from .workload import Predicate, Query, normalized
+from .queries import Predicate, normalized
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,6 @@ class CapturedScan:
     def shape(self) -> str:
         """The columns and operators, without values: ``c_city = AND d_year BETWEEN``."""
         return shape_of(self.filters)
-
-    def as_query(self, number: int) -> Query:
-        """The scan as one query of a workload (``tune``'s model)."""
-        return Query(number, self.shape or "(no filter)", self.predicates)
 
 
 @dataclass

@@ -21,18 +21,19 @@ from deltalake import DeltaTable
 from lakecluster import metrics
 from lakecluster.cli.report import collect
 from lakecluster.cli.status import format_text, layout_status, table_status
-from lakecluster.compaction.adoptions import Adoption, AdoptionStore
-from lakecluster.compaction.auto_layout import AutoLayout, file_hits, fingerprint_of, pending
+from lakecluster.clustering import layout_fingerprint
 from lakecluster.compaction.loop import Compactor
-from lakecluster.compaction.planner import DataFile, Group
-from lakecluster.compaction.relayout import relayout_groups
-from lakecluster.compaction.workload import Predicate, Query
+from lakecluster.compaction.planner import Group
+from lakecluster.compaction.relayout import relayout_groups, within_budget
 from lakecluster.config import CompactionConfig, Config
-from lakecluster.layout import layout_fingerprint
+from lakecluster.layout.adoptions import Adoption, AdoptionStore
+from lakecluster.layout.auto_layout import file_hits, fingerprint_of, pending
 from lakecluster.stream.generator import generate
 from lakecluster.stream.job import StreamJob
 from lakecluster.stream.source import open_source
 from lakecluster.table import LakeTable, parse_user_metadata
+from lakecluster.table.live_files import DataFile
+from lakecluster.workload.queries import Predicate, Query
 from tests.conftest import duckdb_connection, lakecluster_cmd, read_delta, subprocess_env
 from tests.generated_tables import generator_config
 from tests.workload_records import record, write
@@ -84,7 +85,7 @@ def test_advise_shows_the_recommendation_in_metrics_the_log_and_status(spark, fi
     config = _table(spark, filled, tmp_path)  # compaction.auto_layout defaults to advise
     compactor = Compactor(config, spark=spark)
     assert compactor.auto.due(config)
-    with caplog.at_level("INFO", logger="lakecluster.compaction.auto_layout"):
+    with caplog.at_level("INFO", logger="lakecluster.layout.auto_layout"):
         compactor.layout_loop()
     result = compactor.auto.last
     assert result is not None and result.scans == 120 and result.adopted is None
@@ -178,7 +179,7 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
 
     # A restarted compactor, `status` and `history` agree on the layout in effect.
     assert Compactor(config, spark=spark).config.table.clustering_columns == adoption.clustering_columns
-    status = layout_status(LakeTable(config), _live(config)[0])
+    status = layout_status(LakeTable(config), _live(config)[0], AdoptionStore(LakeTable(config)).latest())
     assert status["in_effect"]["adopted"] and status["adoption"]["id"] == adoption.id
     assert status["in_effect"]["clustering_columns"] == list(adoption.clustering_columns)
     assert status["relayout"] == {"files_left": 0, "bytes_left": 0}
@@ -442,8 +443,7 @@ def test_the_re_cluster_takes_the_files_the_workload_reads_most_first_within_the
     one_each = replace(CompactionConfig(), max_group_bytes=100)
     groups = relayout_groups(files, one_each, priority={"a": 10.0, "b": 5.0, "c": 1.0})
     assert [g.files[0].path for g in groups] == ["a", "b", "c"] and all(g.relayout for g in groups)
-    auto = AutoLayout.__new__(AutoLayout)
-    kept, cut = auto.within_budget([*groups, Group((), (files[0],), 1, "planner")], 250)
+    kept, cut = within_budget([*groups, Group((), (files[0],), 1, "planner")], 250)
     assert [g.files[0].path for g in kept] == ["a", "b", "c"] and not kept[-1].relayout and cut
 
 
