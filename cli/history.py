@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lakecluster.errors import TableNotFoundError
-from lakecluster.layout.adoptions import AdoptionStore
 from lakecluster.sizes import human_bytes
 from lakecluster.table import LakeTable
 from lakecluster.table.deletion_vectors import DeletionVector
@@ -39,7 +38,7 @@ def history(table: LakeTable, limit: int) -> dict[str, Any]:
     with ThreadPoolExecutor(PARALLEL_READS) as pool:
         commits = list(pool.map(location.commits_of, versions))
     entries = [describe(v, actions) for v, actions in zip(versions, commits, strict=True) if actions is not None]
-    adoptions = [a.as_dict() for a in AdoptionStore(table).all()]
+    adoptions = [a.as_dict() for a in table.adoptions().all()]
     return {"table": location.uri, "latest_version": latest, "versions": entries, "adoptions": adoptions}
 
 

@@ -9,7 +9,6 @@ no plotting library and opens offline; ``report.json`` beside it holds the same 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import html
 import json
@@ -34,11 +33,7 @@ def collect(table: LakeTable, source: Source) -> dict[str, Any]:
     """Everything the page shows, as plain data."""
     status = table_status(table, source, lag_timeout_s=2.0)
     # The key ranges of the layout in effect, whose depth the status measured (an adopted one
-    # when compaction.auto_layout = apply): a handle whose live files carry those columns' stats.
-    in_effect = status["clustering_layout"]["clustering_columns"]
-    if tuple(in_effect) != table.config.table.clustering_columns:
-        table = LakeTable(dataclasses.replace(table.config, table=dataclasses.replace(
-            table.config.table, clustering_columns=tuple(in_effect))))  # fmt: skip
+    # when compaction.auto_layout = apply): the live files keep those columns' stats (LakeTable.layout).
     _, files = table.live_files().snapshot()
     sizes = files["size"].to_numpy()
     edges = 2 ** np.arange(10, 35)  # 1 KiB .. 16 GiB
@@ -52,7 +47,7 @@ def collect(table: LakeTable, source: Source) -> dict[str, Any]:
     if sketches is not None and files.num_rows:
         step = max(1, files.num_rows // MAX_FILES_DRAWN)
         sample = files.take(np.arange(0, files.num_rows, step))
-        for column in table.config.table.clustering_columns:
+        for column in status["clustering_layout"]["clustering_columns"]:
             lo, hi = file_ranges(sample, sketches, column, table.config.sketches.boundaries)
             if len(lo):
                 order = np.lexsort((hi, lo))

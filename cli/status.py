@@ -16,13 +16,11 @@ import pyarrow.compute as pc
 
 from lakecluster.cli.stream_progress import batch_progress, format_progress
 from lakecluster.compaction.monitor import observe
-from lakecluster.config import Config
-from lakecluster.layout.adoptions import Adoption, AdoptionStore
-from lakecluster.layout.auto_layout import effective, pending
+from lakecluster.layout.auto_layout import pending
 from lakecluster.layout.partition_sizes import PartitionSizes
 from lakecluster.sizes import human_bytes
 from lakecluster.stream.source import Source
-from lakecluster.table import LakeTable, Operation, TableState
+from lakecluster.table import Adoption, LakeTable, Operation, TableLayout, TableState
 
 
 def _seconds_ago(ms: int | None, now: float) -> float | None:
@@ -37,51 +35,43 @@ def table_status(table: LakeTable, source: Source, *, lag_timeout_s: float = 5.0
     configured one otherwise (``clustering_layout`` says which).
     """
     state = observe(table, table.config)  # the table first: a missing or unreachable one fails here, as always
-    adoption = AdoptionStore(table).latest()
-    in_effect = effective(table.config, adoption)
-    # A handle on the layout in effect: its live files carry the stats of those clustering columns.
-    measured = table if in_effect is table.config else LakeTable(in_effect)
-    if measured is not table:
-        state = observe(measured, in_effect)
+    layout = state.layout if state.layout is not None else table.layout()
     out = status_data(state, time.time())
-    out["clustering_layout"] = clustering_layout(in_effect, adoption if in_effect is not table.config else None,
-                                                 out["clustering"])  # fmt: skip
-    _, files = measured.live_files().snapshot()
+    out["clustering_layout"] = clustering_layout(layout, out["clustering"])
+    _, files = table.live_files().snapshot()
     sizes = PartitionSizes.of_live_files(files, table.config.table.partition_by)
     out["partitions"] = sizes.as_dict(table.config.compaction.target_file_bytes)
-    out["layout"] = layout_status(table, files, adoption)
+    out["layout"] = layout_status(table, files, layout, table.adoption()[0])
     lag = source.measure_lag(table, lag_timeout_s)
     if lag is not None:
         out["lag"] = lag
     return out
 
 
-def clustering_layout(in_effect: Config, adoption: Adoption | None,
-                      depths: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+def clustering_layout(layout: TableLayout, depths: dict[str, Any] | None) -> dict[str, Any]:
     """Which layout the clustering depth is measured on: its columns, the adoption it comes from
     (None: the configured layout), and its columns the boundary sketches do not cover yet (the
     compactor builds those of an adopted layout from the table at its first round on it)."""
-    columns = in_effect.table.clustering_columns
+    columns = layout.clustering_columns
+    adoption = layout.adoption
     return {"clustering_columns": list(columns), "adoption": None if adoption is None else adoption.number,
             "without_sketches": [c for c in columns if depths is None or c not in depths]}  # fmt: skip
 
 
-def layout_status(table: LakeTable, files: pa.Table, adoption: Adoption | None) -> dict[str, Any]:
-    """The layout loop (``compaction.auto_layout``): the layout in effect, the adopted one and the
-    re-clustering's progress, and the compactor's last recommendation (``_lakecluster/layout/``)."""
-    config = table.config
-    store = AdoptionStore(table)
-    in_effect = effective(config, adoption)
-    columns = in_effect.table.clustering_columns
-    weights = in_effect.compaction.weights()
+def layout_status(table: LakeTable, files: pa.Table, layout: TableLayout, adoption: Adoption | None) -> dict[str, Any]:
+    """The layout loop (``compaction.auto_layout``): the layout in effect, the newest adopted one
+    (in effect or not) and the re-clustering's progress, and the compactor's last recommendation
+    (``_lakecluster/layout/``)."""
+    columns = layout.clustering_columns
+    weights = layout.column_weights
     out: dict[str, Any] = {
-        "mode": config.compaction.auto_layout,
+        "mode": table.config.compaction.auto_layout,
         "in_effect": {"clustering_columns": list(columns), "column_weights": {c: weights.get(c, 1.0) for c in columns},
-                      "adopted": in_effect is not config},
+                      "adopted": layout.is_adopted},
         "adoption": None if adoption is None else adoption.as_dict(),
-        "recommendation": store.recommendation(),
+        "recommendation": table.adoptions().recommendation(),
     }
-    if adoption is not None and in_effect is not config:
+    if adoption is not None and layout.is_adopted:
         left = files.filter(pc.is_in(files["path"], value_set=pending(files, adoption.fingerprint)))
         out["relayout"] = {"files_left": left.num_rows, "bytes_left": int(pc.sum(left["size"]).as_py() or 0)}
     return out

@@ -54,25 +54,19 @@ from lakecluster.health import HEALTH
 from lakecluster.hierarchy import Parent
 from lakecluster.index.sync import rebuild as rebuild_index
 from lakecluster.index.sync import sync as sync_index
-from lakecluster.layout.adoptions import Adoption
-from lakecluster.layout.auto_layout import (
-    AutoLayout,
-    capped,
-    clusters_data_columns,
-    effective,
-    fingerprint_of,
-    pending,
-)
+from lakecluster.layout.adoptions import AdoptionStore
+from lakecluster.layout.auto_layout import AutoLayout, capped, fingerprint_of, pending
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.retry import FAULT_KINDS, Backoff, classify, first_line
 from lakecluster.sizes import human_bytes
 from lakecluster.sketches import BoundarySketches
 from lakecluster.spark import get_session
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
-from lakecluster.table import LakeTable
+from lakecluster.table import Adoption, LakeTable, TableLayout
 from lakecluster.table.deletion_vectors import file_keys
 from lakecluster.table.delta_schema import DeltaSchema
 from lakecluster.table.file_rows import RowTracking
+from lakecluster.table.layout_record import clusters_data_columns
 from lakecluster.table.live_files import off_layout
 from lakecluster.table.snapshot import physical_names
 from lakecluster.workload import expire
@@ -173,7 +167,7 @@ class Compactor:
         if not table.delta.exists():  # read-only: a missing table is an error, never created here
             raise TableNotFoundError(table.uri)
         grouping = functools.partial(first_group_bytes, partition_by=table.config.table.partition_by)
-        self.auto = AutoLayout(table, grouping)
+        self.auto = AutoLayout(table, grouping, store=AdoptionStore(table, spark=lambda: self.spark))
         self.adoption: Adoption | None = None  # the adopted layout in effect (compaction.auto_layout = apply)
         self._relayout_left = (0, 0)  # files, bytes the layout loop has left to re-cluster (as last planned)
         self._refused: str | None = None  # an adoption this configuration cannot take (logged once)
@@ -275,34 +269,34 @@ class Compactor:
     # -- the layout loop (auto_layout.py) ---------------------------------------------------
 
     def follow_adoption(self) -> None:
-        """Take the newest adopted layout (another compactor's too) when ``auto_layout = apply``;
-        the configured one otherwise."""
-        latest = self.auto.store.latest() if self.base_config.compaction.auto_layout == "apply" else None
-        if latest is not None and not clusters_data_columns(self.base_config, latest):
-            if self._refused != latest.id:
+        """Take the table's layout in effect (``LakeTable.layout``): the newest adopted one, another
+        compactor's too, when ``auto_layout = apply``; the configured one otherwise. An adoption
+        only its file has (an earlier version adopted it) is recorded in the log first."""
+        base = self.base_config
+        if base.compaction.auto_layout == "apply":
+            self.auto.store.record_pending()
+            latest = self.table.adoption()[0]
+            if latest is not None and not clusters_data_columns(base, latest) and self._refused != latest.id:
                 self._refused = latest.id
                 log.warning("layout loop: adopted layout %d clusters by %s, which are not data columns of the table as "
                             "configured; the configured layout stays in effect", latest.number,
                             ", ".join(latest.clustering_columns))  # fmt: skip
-            latest = None
-        metrics.AUTO_LAYOUT_ADOPTION.set(latest.number if latest is not None else 0)
-        if (latest.id if latest else None) == (self.adoption.id if self.adoption else None):
+        layout = self.table.layout(base)
+        adopted = layout.adoption
+        metrics.AUTO_LAYOUT_ADOPTION.set(adopted.number if adopted is not None else 0)
+        if (adopted.id if adopted else None) == (self.adoption.id if self.adoption else None):
             return
-        self.adoption = latest
-        if latest is not None:
-            log.info("layout loop: clustering by adopted layout %d: %s (weights %s)", latest.number,
-                     ", ".join(latest.clustering_columns), ", ".join(f"{w:g}" for w in latest.weights))  # fmt: skip
-        self._apply_layout()
+        self.adoption = adopted
+        if adopted is not None:
+            log.info("layout loop: clustering by adopted layout %d: %s (weights %s)", adopted.number,
+                     ", ".join(adopted.clustering_columns), ", ".join(f"{w:g}" for w in adopted.weights))  # fmt: skip
+        self._apply_layout(layout)
 
-    def _apply_layout(self) -> None:
-        """``config`` = the loaded one with the adopted layout; a new table handle when the clustering
-        columns change (its live files carry the stats of the clustering columns)."""
-        config = effective(self.base_config, self.adoption)
-        if config.table.clustering_columns != self.table.config.table.clustering_columns:
-            self.table = LakeTable(config)
-            self.live = self.table.live_files()
-            self.store = self.table.sketches()
-            self.monitor.table = self.auto.table = self.table
+    def _apply_layout(self, layout: TableLayout | None = None) -> None:
+        """``config`` = the loaded one with the layout in effect (default: the table's now; the
+        table's live files keep its columns' min and max: ``LakeTable.layout``)."""
+        config = (layout or self.table.layout(self.base_config)).applied_to(self.base_config)
+        if config.skipping_columns != self.config.skipping_columns:
             self._without_stats = WithoutStatsWarning(self.table.uri, config.skipping_columns)
         if fingerprint_of(config) != fingerprint_of(self.config):
             self._pending = None  # a --full pass re-clusters to the new layout from the files off it now

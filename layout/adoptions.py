@@ -1,155 +1,207 @@
-"""Layouts the compactor adopted from the captured workload, kept beside the table.
+"""Adopting a layout: its file, then its record in the table's log.
 
-``<table>/_lakecluster/layout/adoption-<number>.json``: one immutable file per adopted layout
-(clustering columns, weights, the fingerprint its files carry, the prediction it was adopted on),
-numbered from 1; the highest number is the layout in effect. Every compactor, restarted or
-second, and ``lakecluster status`` read the same files, so they agree on it.
+An adoption (``lakecluster.table.Adoption``) becomes the layout in effect in two steps:
 
-Adopting is put-if-absent on the next number, so two compactors racing to adopt create one
-layout, never two: the loser reads the winner's file and follows it. The create itself decides
-(``lakecluster.storage.create_if_absent``), whatever the timing of the writers' other steps:
+1. **Its file**, ``_lakecluster/layout/adoption-<number>.json``, created put-if-absent on the next
+   number (``AdoptionFiles.create``: a hard link on local disks, one ``If-None-Match: *`` PUT on
+   S3). Of two compactors adopting at the same moment one creates the file; the other reads the
+   winner's and follows it. A compactor first reads the number it means to take: one that scored
+   on an old listing learns it lost without a write. Compactors of earlier versions read only these
+   files, so they follow every adoption during a rolling upgrade.
+2. **Its record**, the table's ``lakecluster.layout`` domain (Delta domain metadata), committed
+   through the one commit protocol (``lakecluster/commit.py``) by :class:`LayoutRecordCommit`.
+   Every process then reads the layout in effect with the table's log (``LakeTable.layout``). A
+   table without the ``domainMetadata`` writer feature gets it first (``ALTER TABLE ... SET
+   TBLPROPERTIES ('delta.feature.domainMetadata' = 'supported')``: the protocol's writer version
+   goes to 7; readers are unaffected).
 
-* Local disks: the file is written under a temporary name, then hard-linked to its final name;
-  ``link(2)`` fails when the name exists, atomically.
-* S3: one PUT with ``If-None-Match: *``; the store refuses it (412) when the key exists, so a
-  writer that checked long before another one wrote still cannot replace that one's file.
-
-A compactor first reads the number it means to take: one that scored on an old listing learns it
-lost without a write. That read only saves a request; a file that appears after it is found by the
-conditional create.
-
-``recommendation.json`` holds the last scoring's result (replaced whole each time): what the
-compactor would adopt and why it did or did not, for ``status``.
+A file numbered above the record (an earlier version adopted it, or the adopting compactor stopped
+between the two steps) is already in effect, and the next compactor records it
+(:meth:`AdoptionStore.record_pending`): the migration of tables adopted on before the record.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-import uuid
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import pyarrow.fs as pafs
+from lakecluster import delta_txn
+from lakecluster.commit import Transaction, commit
+from lakecluster.errors import TableError
+from lakecluster.table import LAYOUT_DOMAIN, Adoption, AdoptionFiles, DeltaLocation, LakeTable, parse_user_metadata
 
-from lakecluster.storage import create_if_absent
-from lakecluster.table import LakeTable
-from lakecluster.uris import is_local
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-_ADOPTION = re.compile(r"^adoption-(\d{8})\.json$")
-RECOMMENDATION = "recommendation.json"
+# Delta's refusals of a record commit that mean another commit changed the table meanwhile
+# (another compactor recorded the layout, the protocol was upgraded): nothing was committed.
+_CONFLICTS = ("Concurrent", "DomainMetadata", "domain metadata", "ProtocolChangedException",
+              "MetadataChangedException")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Adoption:
-    """One adopted layout: what the compactor clusters by from then on."""
+class LayoutRecordConflict(TableError):
+    """Another commit changed the table while the layout's record was committed: nothing of this
+    one landed; the layout in effect is read again."""
 
-    number: int
-    id: str
-    clustering_columns: tuple[str, ...]
-    weights: tuple[float, ...]
-    fingerprint: str
-    replaced: str  # the fingerprint of the layout in effect before
-    time: float
-    predicted: dict[str, Any] = field(default_factory=dict)  # files read per scan: current, adopted, gain
-    by: str = ""  # host and pid of the compactor that adopted it
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "clustering_columns": list(self.clustering_columns), "weights": list(self.weights)}
+@dataclass
+class LayoutRecordCommit:
+    """The commit of an adoption's record (a :class:`~lakecluster.commit.CommitPlan`)."""
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Adoption:
-        return cls(int(d["number"]), str(d["id"]), tuple(d["clustering_columns"]),
-                   tuple(float(w) for w in d["weights"]), str(d["fingerprint"]), str(d.get("replaced", "")),
-                   float(d["time"]), dict(d.get("predicted") or {}), str(d.get("by", "")))  # fmt: skip
+    location: DeltaLocation
+    adoption: Adoption
+    configuration: str  # the record: ``Adoption.record``
+    fail_point: str = "layout_record_after_commit_call"
 
     @property
-    def column_weights(self) -> dict[str, float]:
-        return dict(zip(self.clustering_columns, self.weights, strict=True))
+    def what(self) -> str:
+        return f"the record of adopted layout {self.adoption.number}"
+
+    def precheck(self, txn: Transaction) -> bool:
+        """False when the snapshot records this adoption or a newer one already."""
+        recorded = _snapshot_domain(txn, LAYOUT_DOMAIN)
+        if recorded is None:
+            return True
+        number = int(json.loads(recorded).get("adoption", {}).get("number", 0))
+        return number < self.adoption.number
+
+    def actions(self, now_ms: int) -> list[str]:
+        return [json.dumps({"domainMetadata": {"domain": LAYOUT_DOMAIN, "configuration": self.configuration,
+                                               "removed": False}})]  # fmt: skip
+
+    def operation(self, jvm: Any) -> Any:
+        return getattr(getattr(jvm.org.apache.spark.sql.delta, "DeltaOperations$ManualUpdate$"), "MODULE$")
+
+    def metrics(self) -> dict[str, int]:
+        return {}
+
+    def metadata(self) -> dict[str, str]:
+        return {"service": "compactor", "layout_record": str(self.adoption.number),
+                "layout_record_id": self.adoption.id}  # fmt: skip
+
+    def refused(self, text: str) -> Exception | None:
+        if any(name in text for name in _CONFLICTS):
+            return LayoutRecordConflict(f"another commit changed {self.location.uri} while {self.what} was "
+                                        f"committed (nothing of it landed): {delta_txn.first_line(text)}")
+        return None
+
+    def landed_in(self, actions: Sequence[dict]) -> bool:
+        for action in actions:
+            info = action.get("commitInfo")
+            if isinstance(info, dict):
+                meta = parse_user_metadata(info.get("userMetadata"))
+                return meta is not None and meta.get("layout_record_id") == self.adoption.id
+        return False
 
 
+def _snapshot_domain(txn: Transaction, domain: str) -> str | None:
+    """The configuration of ``domain`` in the transaction's snapshot (None: not set)."""
+    found = txn.txn.snapshot().domainMetadata()
+    for d in txn.jvm.scala.jdk.javaapi.CollectionConverters.asJava(found):
+        if str(d.domain()) == domain and not bool(d.removed()):
+            return str(d.configuration())
+    return None
+
+
+def record_adoption(spark: SparkSession, table: LakeTable, adoption: Adoption) -> int | None:
+    """Commit ``adoption``'s record to the table's log (first giving the table the
+    ``domainMetadata`` writer feature if it lacks it); the committed version, None when the log
+    records it or a newer one already.
+
+    Raises:
+        LayoutRecordConflict: another commit changed the table meanwhile (nothing landed).
+        TableError: the commit failed for another reason (nothing landed, or the log cannot tell).
+    """
+    config = table.config
+    metadata = table.live_files().snapshot_with_metadata()[2]
+    if "domainMetadata" not in metadata.writer_features:
+        log.warning("layout loop: giving %s the domainMetadata writer feature (its protocol's writer version goes "
+                    "to 7) to record the adopted layout in its log", table.uri)  # fmt: skip
+        spark.sql(f"ALTER TABLE delta.`{table.uri}` SET TBLPROPERTIES ('delta.feature.domainMetadata' = 'supported')")
+    record = adoption.record(config.compaction.curve, config.compaction.group_by_parents, config.table.partition_by)
+    return commit(spark, LayoutRecordCommit(table.delta, adoption, record)).version
+
+
+@dataclass
 class AdoptionStore:
-    """The adoption files of one table (see the module's docstring)."""
+    """The layout loop's adoptions on one table: the newest, every one, adopting a new one, and
+    the last scoring's recommendation. ``spark`` (a compactor's session) commits records; without
+    it the store only writes files, as compactors before the record did."""
 
-    def __init__(self, table: LakeTable) -> None:
-        self.uri = table.paths.layout
-        self.storage = table.storage
-        self.fs, self.folder = table.filesystem(self.uri)
-        self.local = is_local(table.uri)
+    table: LakeTable
+    spark: Callable[[], SparkSession] | None = None
+    files: AdoptionFiles = field(init=False)
 
-    def _numbers(self) -> list[int]:
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self.folder, allow_not_found=True))
-        except FileNotFoundError:
-            return []
-        return sorted(int(m.group(1)) for i in infos if (m := _ADOPTION.match(i.base_name)))
+    def __post_init__(self) -> None:
+        self.files = self.table.adoptions()
 
-    def _path(self, number: int) -> str:
-        return f"{self.folder}/adoption-{number:08d}.json"
+    @property
+    def folder(self) -> str:
+        return str(self.files.folder)
 
     def _read(self, path: str) -> dict[str, Any] | None:
-        try:
-            with self.fs.open_input_stream(path) as f:
-                data = json.loads(f.read())
-        except FileNotFoundError:
-            return None
-        return data if isinstance(data, dict) else None
+        return self.files.read(path)
 
     def latest(self) -> Adoption | None:
-        """The layout in effect (the highest number), None when none was ever adopted."""
-        numbers = self._numbers()
-        if not numbers:
-            return None
-        data = self._read(self._path(numbers[-1]))
-        return None if data is None else Adoption.from_dict(data)
+        """The newest adoption: recorded in the log, or a newer file (None: none ever)."""
+        return self.table.adoption()[0]
 
     def all(self) -> list[Adoption]:
         """Every adoption, oldest first (``lakecluster history``)."""
-        found = (self._read(self._path(n)) for n in self._numbers())
-        return [Adoption.from_dict(d) for d in found if d is not None]
+        return self.files.all()
 
     def adopt(self, adoption: Adoption) -> tuple[Adoption, bool]:
-        """Record ``adoption`` under its number unless another compactor took that number first.
+        """Adopt ``adoption`` under its number unless another compactor took that number first,
+        then record the winner in the log (see the module's docstring).
 
         Returns:
             (the adoption under that number, whether it is this one).
         """
-        path = self._path(adoption.number)
-        found = self._read(path)  # taken already: no write needed to know it (see the module's docstring)
-        if found is None:
+        path = self.files.path(adoption.number)
+        data = self._read(path)  # taken already: no write needed to know it
+        if data is None:
             if self.create(adoption.number, json.dumps(adoption.as_dict(), sort_keys=True).encode()):
-                return adoption, True
-            found = self._read(path)
-            if found is None:  # cannot happen on a consistent store: say so rather than guess
-                raise OSError(f"{path} was refused as existing but cannot be read")
-        winner = Adoption.from_dict(found)
+                data = adoption.as_dict()
+            else:
+                data = self._read(path)
+                if data is None:  # cannot happen on a consistent store: say so rather than guess
+                    raise OSError(f"{path} was refused as existing but cannot be read")
+        found = Adoption.from_dict(data)
         # Its own id too when a retried PUT found the file its first attempt had created.
-        return winner, winner.id == adoption.id
+        won = found.id == adoption.id
+        if won:
+            self.record_pending()
+        return found, won
 
     def create(self, number: int, body: bytes) -> bool:
         """Create ``adoption-<number>.json`` with ``body`` unless it exists: True if this call did."""
-        return create_if_absent(f"{self.uri}/adoption-{number:08d}.json", body, self.storage)
+        return self.files.create(number, body)
+
+    def record_pending(self) -> None:
+        """Record the newest adoption in the log when only its file has it (a compactor of an
+        earlier version adopted it, or one stopped between the file and the record); a conflict
+        with another compactor recording it too leaves it to the next look."""
+        if self.spark is None:
+            return
+        adoption, recorded = self.table.adoption()
+        if adoption is None or recorded:
+            return
+        try:
+            version = record_adoption(self.spark(), self.table, adoption)
+        except LayoutRecordConflict as e:
+            log.info("layout loop: %s", e)
+            return
+        if version is not None:
+            log.info("layout loop: adopted layout %d recorded in the table's log at version %d", adoption.number,
+                     version)  # fmt: skip
 
     def write_recommendation(self, data: dict[str, Any]) -> None:
-        """Replace the last scoring's result (a reader sees a whole file or the previous one)."""
-        self.fs.create_dir(self.folder, recursive=True)
-        body = json.dumps(data, sort_keys=True, default=str).encode()
-        final = f"{self.folder}/{RECOMMENDATION}"
-        if self.local:
-            tmp = f"{self.folder}/.{RECOMMENDATION}.{uuid.uuid4().hex}.tmp"
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(body)
-            self.fs.move(tmp, final)  # rename(2): atomic
-        else:
-            with self.fs.open_output_stream(final) as out:  # one PUT: the whole object or the old one
-                out.write(body)
+        self.files.write_recommendation(data)
 
     def recommendation(self) -> dict[str, Any] | None:
-        """The last scoring's result, None before the first."""
-        try:
-            return self._read(f"{self.folder}/{RECOMMENDATION}")
-        except (OSError, ValueError):
-            return None
+        return self.files.recommendation()

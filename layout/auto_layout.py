@@ -53,12 +53,12 @@ import pyarrow.compute as pc
 from lakecluster import metrics
 from lakecluster.clustering import layout_fingerprint
 from lakecluster.config import CompactionConfig, Config
-from lakecluster.layout.adoptions import Adoption, AdoptionStore
+from lakecluster.layout.adoptions import AdoptionStore
 from lakecluster.layout.advise import current_candidate, layout_advice
 from lakecluster.layout.model import Scored, column_scalar
 from lakecluster.layout.search import gain
 from lakecluster.sizes import human_bytes, human_duration
-from lakecluster.table import DeltaLocation, LakeTable, parse_user_metadata
+from lakecluster.table import Adoption, DeltaLocation, LakeTable, TableLayout, parse_user_metadata
 from lakecluster.table.live_files import off_layout
 from lakecluster.workload.capture import read_capture
 from lakecluster.workload.captured import captured_queries, too_little
@@ -74,30 +74,9 @@ PARALLEL_READS = 16  # commit files the budget's ledger reads at once
 DAY_S = 86_400.0
 
 
-def clusters_data_columns(config: Config, adoption: Adoption) -> bool:
-    """Whether the adopted layout clusters by data columns of the table as configured (not, say,
-    after the configuration dropped a column or partitions by it): the compactor refuses one that
-    does not, and the configured layout stays in effect."""
-    t = config.table
-    return set(adoption.clustering_columns) <= {c.name for c in t.columns} - set(t.partition_by)
-
-
-def effective(config: Config, adoption: Adoption | None) -> Config:
-    """``config`` with the adopted layout's clustering columns and weights when ``apply`` is on
-    (and the layout clusters by data columns of the table); otherwise the configured layout is
-    the one in effect. The compactor and ``status`` both take the layout in effect from here."""
-    if adoption is None or config.compaction.auto_layout != "apply" or not clusters_data_columns(config, adoption):
-        return config
-    weights = {c: f"{w:g}" for c, w in adoption.column_weights.items()}
-    return dataclasses.replace(
-        config, table=dataclasses.replace(config.table, clustering_columns=adoption.clustering_columns),
-        compaction=dataclasses.replace(config.compaction, column_weights=weights),
-    )  # fmt: skip
-
-
 def fingerprint_of(config: Config) -> str:
-    c = config.compaction
-    return layout_fingerprint(config.table.clustering_columns, c.weights(), c.curve, c.group_by_parents)
+    """The fingerprint of ``config``'s layout (``TableLayout.fingerprint``)."""
+    return TableLayout.configured(config).fingerprint
 
 
 def supersede_gain(min_gain: float) -> float:
@@ -452,4 +431,4 @@ class AutoLayout:
         try:
             self.store.write_recommendation(result.as_dict())
         except OSError as e:
-            log.warning("layout loop: could not write %s/recommendation.json: %s", self.store.folder, e)
+            log.warning("layout loop: could not write %s/recommendation.json: %s", self.store.files.folder, e)

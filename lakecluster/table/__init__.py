@@ -7,6 +7,7 @@ checks it from the source).
 
 from lakecluster.table.follower import TableLog
 from lakecluster.table.handle import LakeTable
+from lakecluster.table.layout_record import LAYOUT_DOMAIN, Adoption, AdoptionFiles, TableLayout
 from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
@@ -17,7 +18,10 @@ from lakecluster.table.spec import TableSpec, check_schema, create_table
 from lakecluster.table.state import Backlog, IndexState, Operation, StreamCommit, TableState
 
 __all__ = [
+    "LAYOUT_DOMAIN",
     "METADATA_KEY",
+    "Adoption",
+    "AdoptionFiles",
     "Backlog",
     "DeltaLocation",
     "IndexState",
@@ -28,6 +32,7 @@ __all__ = [
     "Operation",
     "SketchStore",
     "StreamCommit",
+    "TableLayout",
     "TableLog",
     "TablePaths",
     "TableSpec",

@@ -14,8 +14,17 @@ import pyarrow.fs as pafs
 
 from lakecluster import storage
 from lakecluster.config import Config, StorageConfig, TableConfig
+from lakecluster.errors import TableNotFoundError
 from lakecluster.table import stream_identity
 from lakecluster.table.depth import DepthTracker
+from lakecluster.table.layout_record import (
+    Adoption,
+    AdoptionFiles,
+    TableLayout,
+    clusters_data_columns,
+    newest,
+    recorded_adoption,
+)
 from lakecluster.table.live_files import LiveFiles
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.paths import TablePaths
@@ -135,6 +144,41 @@ class LakeTable:
                                        [by_name[c] for c in t.clustering_columns])  # fmt: skip
             return self._live
 
+    def adoptions(self) -> AdoptionFiles:
+        """The adoption files beside the table (``_lakecluster/layout/``) and the last recommendation."""
+        return AdoptionFiles(self.paths.layout, self.storage, *self.filesystem(self.paths.layout))
+
+    def adoption(self) -> tuple[Adoption | None, bool]:
+        """The newest adopted layout, whatever ``compaction.auto_layout`` says (None: none), and
+        whether the table's log records it (False: only its file, see ``layout_record.py``)."""
+        try:
+            recorded = recorded_adoption(self.live_files().snapshot_with_metadata()[2].domains)
+        except TableNotFoundError:  # no table (yet): no record, only the files there may be
+            recorded = None
+        return newest(recorded, self.adoptions().latest())
+
+    def layout(self, config: Config | None = None) -> TableLayout:
+        """The layout in effect (``layout_record.py``): the newest adopted one when
+        ``compaction.auto_layout = apply`` and it clusters by data columns of the table, the
+        configured one otherwise. From then on the live files keep its columns' min and max.
+
+        Args:
+            config: the configuration to take the mode and the configured layout from (default:
+                the handle's; a compactor passes the one it reloaded).
+
+        Raises:
+            UnsupportedTableError: the table's layout record is of a newer format.
+        """
+        config = config or self.config
+        layout = TableLayout.configured(config)
+        if config.compaction.auto_layout == "apply":
+            adoption, recorded = self.adoption()
+            if adoption is not None and clusters_data_columns(config, adoption):
+                layout = TableLayout.adopted(config, adoption, recorded=recorded)
+        by_name = {c.name: c for c in config.table.columns}
+        self.live_files().cover([by_name[c] for c in layout.clustering_columns])
+        return layout
+
     def sketches(self, stream_id: str | None = None) -> SketchStore:
         """The boundary sketches of one stream (its writer's view), or of every stream (``None``)."""
         fs, directory = self.filesystem(self.paths.sketches(stream_id))
@@ -172,17 +216,19 @@ class LakeTable:
         Raises:
             TableNotFoundError: there is no table.
         """
+        layout = self.layout()
         live = self.live_files()
         version, files, metadata = live.snapshot_with_metadata()
         sketches = self.sketches().latest(physical_names(metadata))
         index_state = index() if index is not None else None
         small = self.config.compaction.min_file_bytes if small_file_bytes is None else small_file_bytes
-        key = (version, None if sketches is None else sketches.delta_version, index_state, small, backlog is None)
+        key = (version, None if sketches is None else sketches.delta_version, index_state, small, backlog is None,
+               layout)  # fmt: skip
         with self._lock:
             if self._history is None:
                 self._history = CommitHistory(self.delta)
-            if self._depth is None:
-                self._depth = DepthTracker(live, self.config.table.clustering_columns)
+            if self._depth is None or tuple(self._depth.columns) != layout.clustering_columns:
+                self._depth = DepthTracker(live, layout.clustering_columns)
             depth = self._depth
             history = self._history.up_to(version)
             cached = self._state
@@ -200,7 +246,7 @@ class LakeTable:
             oldest_commit_ms=history.oldest_commit_ms, last_rewrite=history.last_rewrite,
             last_vacuum=history.last_vacuum, streams=dict(history.streams),
             sketches_version=None if sketches is None else sketches.delta_version, clustering=clustering,
-            backlog=backlog(files, version) if backlog is not None else None, index=index_state,
+            backlog=backlog(files, version) if backlog is not None else None, index=index_state, layout=layout,
         )  # fmt: skip
         with self._lock:
             self._state = (key, state)

@@ -101,6 +101,16 @@ class LiveFiles:
     def _empty(self) -> pa.Table:
         return self._schema().empty_table()
 
+    def cover(self, columns: Sequence[ColumnSpec]) -> None:
+        """Keep ``columns``' min and max too (the clustering columns of a layout adopted since the
+        view was made): a column not kept yet means one full read at the next refresh."""
+        with self._lock:
+            kept = {c.name for c in self.stats_columns}
+            missing = [c for c in columns if c.name not in kept and c.name not in {p.name for p in self.partition_by}]
+            if missing:
+                self.stats_columns = (*self.stats_columns, *missing)
+                self.version = -1
+
     def refresh(self) -> int:
         """Bring the files to the table's latest version; returns that version."""
         with self._lock:
@@ -129,11 +139,13 @@ class LiveFiles:
 
     def _refresh(self) -> int:
         if self.version < 0:
-            return self._read_snapshot("first read")
+            return self._read_snapshot("first read" if self.full_reads == 0 else "columns added")
         try:
             commits = self.location.commits_after(self.version)
             if not commits:
                 return self.version
+            if any("protocol" in action for actions in commits for action in actions):
+                raise LogGap("a commit changed the table's protocol (its features)")
             changes = NetChanges.of(commits)
             added = self._rows_of(list(changes.added.values()))
         except LogGap as e:
@@ -148,6 +160,9 @@ class LiveFiles:
         self.table = pa.concat_tables([table, added]).combine_chunks() if added.num_rows else table
         self._log_change(Change(self.version, self.version + len(commits), removed, added))
         self.version += len(commits)
+        if changes.domains:  # the layout's record, row tracking's high-water mark: no full read
+            domains = {**self.metadata.domains, **changes.domains}
+            self.metadata = replace(self.metadata, domains={d: c for d, c in domains.items() if c is not None})
         return self.version
 
     def _read_snapshot(self, reason: str) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -131,15 +131,22 @@ class NetChanges:
 
     added: dict[str, dict]  # path -> the add action live at the end
     removed: dict[str, dict]  # path -> its remove action, for paths no longer live at the end
+    # domain -> its configuration at the end (None: removed), for the domains the commits set
+    domains: dict[str, str | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, commits: list[list[dict]]) -> NetChanges:
         """:class:`LogGap` when a commit changes the table's metadata (schema, partitioning)."""
         added: dict[str, dict] = {}
         removed: dict[str, dict] = {}
+        domains: dict[str, str | None] = {}
         for actions in commits:
             if any("metaData" in action for action in actions):
                 raise LogGap("a commit changed the table's metadata")
+            for action in actions:
+                domain = action.get("domainMetadata")
+                if isinstance(domain, dict):
+                    domains[domain["domain"]] = None if domain.get("removed") else domain.get("configuration") or ""
             for action in actions:
                 if "remove" in action:
                     path = action["remove"]["path"]
@@ -150,4 +157,4 @@ class NetChanges:
                     path = action["add"]["path"]
                     added[path] = action["add"]
                     removed.pop(path, None)
-        return cls(added, removed)
+        return cls(added, removed, domains)

@@ -21,6 +21,7 @@ import numpy as np
 from lakecluster.table.metadata import parse_user_metadata
 
 if TYPE_CHECKING:
+    from lakecluster.table.layout_record import TableLayout
     from lakecluster.table.location import DeltaLocation
 
 HISTORY_SCAN = 1000  # commits read back at the first look for the last rewrite, vacuum and stream commits
@@ -87,6 +88,7 @@ class TableState:
     clustering: Mapping[str, float] | None = None  # files a point query reads, per clustering column
     backlog: Backlog | None = None  # None: not asked for
     index: IndexState | None = None  # None: the index is off (or not asked for)
+    layout: TableLayout | None = None  # the layout in effect, whose clustering depth ``clustering`` is
 
     def percentiles(self) -> dict[str, int]:
         """p10, p50, p90 and max of the file sizes (0 for an empty table)."""

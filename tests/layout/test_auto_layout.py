@@ -179,7 +179,8 @@ def test_apply_adopts_a_layout_only_past_both_guardrails_and_re_clusters_to_it(s
 
     # A restarted compactor, `status` and `history` agree on the layout in effect.
     assert Compactor(config, spark=spark).config.table.clustering_columns == adoption.clustering_columns
-    status = layout_status(LakeTable(config), _live(config)[0], AdoptionStore(LakeTable(config)).latest())
+    handle = LakeTable(config)
+    status = layout_status(handle, _live(config)[0], handle.layout(), handle.adoption()[0])
     assert status["in_effect"]["adopted"] and status["adoption"]["id"] == adoption.id
     assert status["in_effect"]["clustering_columns"] == list(adoption.clustering_columns)
     assert status["relayout"] == {"files_left": 0, "bytes_left": 0}
