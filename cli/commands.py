@@ -196,7 +196,7 @@ def run(ctx: Context) -> int:
 
     Either one failing for good stops the other and the process exits non-zero.
     """
-    from lakecluster.compaction.loop import BackgroundCompactor
+    from lakecluster.compaction.background import BackgroundCompactor
     from lakecluster.health import HEALTH
     from lakecluster.shutdown import MARGIN_S, install_signal_handlers
     from lakecluster.spark import get_session

@@ -147,7 +147,7 @@ def test_a_rewrite_whose_inputs_went_meanwhile_commits_nothing(spark, filled, tm
         commit_rewrite(second.spark, LakeTable(config).delta, group, written, details={"operation": "compaction"})
     with pytest.raises(CompactionConflictError, match="no longer in the table"):  # the compactor's own view
         commit_rewrite(second.spark, LakeTable(config).delta, group, written, details={"operation": "compaction"},
-                       gone_since=second._gone_since)  # fmt: skip
+                       gone_since=second.rewriter.gone_since)  # fmt: skip
     assert second.live.full_reads == 1  # it followed the first compactor's commit from the log
     assert DeltaTable(str(table)).version() == version
     assert row_multiset(read_delta(table)) == row_multiset(before)
@@ -278,7 +278,7 @@ def test_a_group_the_spark_tasks_cannot_read_is_rewritten_by_sparks_reader(  # t
         tried.append(spec.file_prefix)
         return rewrite_in_tasks(spark, group, replace(spec, table_schema=DeltaSchema.of_columns(columns, ())))
 
-    monkeypatch.setattr("lakecluster.compaction.loop.rewrite_in_tasks", unreadable)
+    monkeypatch.setattr("lakecluster.compaction.group_rewrite.rewrite_in_tasks", unreadable)
     results = Compactor(config, spark=spark).run_once()
     assert [r.result for r in results] == ["committed"], results
     assert tried, "the Spark tasks were tried first"
@@ -326,7 +326,7 @@ def test_a_group_the_local_rewrite_cannot_read_is_rewritten_by_spark(  # type: i
         # what pyarrow says of a file it cannot read as declared (Spark's reader may)
         raise pa.ArrowInvalid("Casting from timestamp[ns] to timestamp[us] would lose data")
 
-    monkeypatch.setattr("lakecluster.compaction.loop.rewrite_local", unreadable)
+    monkeypatch.setattr("lakecluster.compaction.group_rewrite.rewrite_local", unreadable)
     results = Compactor(config, spark=spark).run_once()
     assert [r.result for r in results] == ["committed"], results
     info = next(e["commitInfo"] for e in log_entries(table, results[0].version) if "commitInfo" in e)

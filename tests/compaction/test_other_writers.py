@@ -15,8 +15,10 @@ import pytest
 from deltalake import DeltaTable
 
 import lakecluster.commit
-import lakecluster.compaction.loop
-from lakecluster.compaction.loop import Compactor, GroupResult
+import lakecluster.compaction.group_rewrite
+import lakecluster.compaction.rewrite_schema
+from lakecluster.compaction.group_rewrite import GroupResult
+from lakecluster.compaction.loop import Compactor
 from lakecluster.errors import UnsupportedTableError
 from lakecluster.schema import spark_ddl
 from lakecluster.stream.ssb import SSB_COLUMNS
@@ -67,7 +69,7 @@ def test_compaction_purges_deletion_vectors_and_no_deleted_row_comes_back(  # ty
         def unreadable(*_: object) -> None:
             raise pa.ArrowInvalid("the tasks cannot read these files")
 
-        monkeypatch.setattr(lakecluster.compaction.loop, "rewrite_in_tasks", unreadable)
+        monkeypatch.setattr(lakecluster.compaction.group_rewrite, "rewrite_in_tasks", unreadable)
     results = compact_all(Compactor(compaction_config(table, **extra), spark=spark))
     assert any(r.result == "committed" for r in results), [r.describe() for r in results]
     engines = {json.loads(c["commitInfo"]["userMetadata"])["lakecluster"]["rewrite"] for c in commit_infos(table)
@@ -135,7 +137,7 @@ def test_dml_landing_while_a_group_is_rewritten_makes_it_conflict_and_loses_noth
         after_dml["rows"] = spark_rows(spark, table)
 
     if window == "before the transaction":
-        hits = run_dml_at(monkeypatch, lakecluster.compaction.loop, "compaction_before_commit", other_writer)
+        hits = run_dml_at(monkeypatch, lakecluster.compaction.group_rewrite, "compaction_before_commit", other_writer)
     else:
         hits = run_dml_at(monkeypatch, lakecluster.commit, "commit_transaction_started", other_writer)
     compactor = Compactor(compaction_config(table), spark=spark)
@@ -321,8 +323,8 @@ def test_a_writer_feature_the_rewrites_do_not_keep_is_refused_before_any_work(  
 ) -> None:
     """Any writer feature outside what the rewrites keep (a feature newer than the compactor, say)."""
     table = tables.copy("dv", with_deletion_vectors, tmp_path / "t")
-    monkeypatch.setattr(lakecluster.compaction.loop, "REWRITE_FEATURES",
-                        lakecluster.compaction.loop.REWRITE_FEATURES - {"deletionVectors"})  # fmt: skip
+    monkeypatch.setattr(lakecluster.compaction.rewrite_schema, "REWRITE_FEATURES",
+                        lakecluster.compaction.rewrite_schema.REWRITE_FEATURES - {"deletionVectors"})  # fmt: skip
     version = DeltaTable(str(table)).version()
     with pytest.raises(UnsupportedTableError, match=r"writer feature\(s\) deletionVectors, which the compactor"):
         Compactor(compaction_config(table), spark=spark).run_once()

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from lakecluster import metrics
-from lakecluster.compaction.loop import BackgroundCompactor
+from lakecluster.compaction.background import BackgroundCompactor
 from lakecluster.config import Config, load_config
 from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable
