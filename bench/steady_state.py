@@ -135,7 +135,7 @@ def run_policy(spark, policy: Policy, args: argparse.Namespace, workdir: Path) -
     from lakecluster.config import load_config
     from lakecluster.stream.job import StreamJob
     from lakecluster.table import LakeTable, create_table
-    from lakecluster.table.live_files import snapshot_files
+    from tests.snapshot_files import snapshot_files
 
     table = workdir / f"policy-{POLICIES.index(policy)}"
     overrides = {

@@ -101,8 +101,8 @@ def main() -> None:
     from lakecluster.spark import get_session
     from lakecluster.stream.job import StreamJob
     from lakecluster.table import LakeTable
-    from lakecluster.table.live_files import snapshot_files
     from lakecluster.workload.queries import parse_workload
+    from tests.snapshot_files import snapshot_files
 
     spark = get_session(SparkConfig(master="local[2]", conf={"spark.sql.shuffle.partitions": "2"}))
     work = Path(tempfile.mkdtemp(prefix="lakecluster-tune-check-"))

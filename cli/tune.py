@@ -32,7 +32,7 @@ from lakecluster.layout.search import MIN_GAIN, gain
 from lakecluster.sizes import human_bytes, human_duration, mebibytes
 from lakecluster.suggest import did_you_mean
 from lakecluster.table import LakeTable, table_properties
-from lakecluster.table.live_files import live_file_rows, snapshot_files
+from lakecluster.table.live_files import data_files, typed_partitions
 from lakecluster.workload.capture import read_capture
 from lakecluster.workload.captured import CapturedQuery, captured_queries, too_little
 from lakecluster.workload.queries import Query, WorkloadError, parse_workload
@@ -70,14 +70,16 @@ def tune(lake: LakeTable, axes_text: list[str]) -> dict[str, Any]:
     sketches = lake.sketches().latest()
     if sketches is None:
         raise LakeclusterError("no boundary sketches yet: run the stream first (it writes them with every micro-batch)")
-    live, files = snapshot_files(lake.delta, config.table.columns, config.table.partition_by)
-    actions, version = live.actions, live.metadata.version
+    t = config.table
+    version, rows, metadata = lake.live_files().with_stats(t.columns)
+    files = data_files(rows, t.partition_by)
+    actions = typed_partitions(rows, [t.column(p) for p in t.partition_by])
     candidates = grid(config.compaction, axes)
     parents: dict[str, Parent] = {}
     if config.compaction.group_by_parents:  # as the compactor finds them; without, when it cannot
-        configuration = table_properties(live.metadata.configuration)
+        configuration = table_properties(metadata.configuration)
         try:
-            parents = table_parents(config, lake, live_file_rows(actions, [], []), version, configuration)
+            parents = table_parents(config, lake, rows, version, configuration)
         except (OSError, pa.ArrowException) as e:
             log.warning("the predictions leave out the layout's parent columns: the table's sample could not be "
                         "read: %s", e)  # fmt: skip

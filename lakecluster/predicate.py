@@ -22,13 +22,12 @@ error is a ``PredicateError`` carrying the character position.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from lakecluster import literals
 from lakecluster.errors import PredicateError, UnknownColumnError
 from lakecluster.schema import ColumnSpec
 
@@ -412,38 +411,17 @@ class _Parser:
             if last.kind not in ("number", "string") or prefix:
                 raise bad("expected a number")
             try:
-                exact = Decimal(last.value.strip())
-            except InvalidOperation:
-                raise bad("expected a number") from None
-            if not exact.is_finite():
-                raise bad("expected a finite number")
-            return sign * exact
+                return sign * literals.exact_number(last.value)
+            except literals.LiteralError as e:
+                raise bad(str(e)) from None
         if last.kind != "string" or sign < 0:
             raise bad(f"expected a quoted {col.type}, e.g. '1995-01-01'")
-        if col.type == "date":
-            if prefix == "TIMESTAMP":
-                raise bad("a date column takes DATE 'yyyy-mm-dd'")
-            try:
-                return dt.date.fromisoformat(last.value.strip())
-            except ValueError:
-                raise bad("expected yyyy-mm-dd") from None
-        return parse_timestamp(last.value, bad)
-
-
-def parse_timestamp(text: str, bad: Any) -> dt.datetime:
-    raw = text.strip().replace("Z", "+00:00")
-    m = re.search(r"\.(\d+)", raw)
-    if m and len(m.group(1)) > 6:
-        raise bad("at most micro-second precision (6 fractional digits)")
-    try:
-        value = dt.datetime.fromisoformat(raw)
-    except ValueError:
+        if col.type == "date" and prefix == "TIMESTAMP":
+            raise bad("a date column takes DATE 'yyyy-mm-dd'")
         try:
-            d = dt.date.fromisoformat(raw)
-        except ValueError:
-            raise bad("expected yyyy-mm-dd[ hh:mm:ss[.ffffff]][+hh:mm]") from None
-        value = dt.datetime(d.year, d.month, d.day)
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+            return (literals.parse_date if col.type == "date" else literals.parse_timestamp)(last.value)
+        except literals.LiteralError as e:
+            raise bad(str(e)) from None
 
 
 def parse(text: str, columns: Sequence[ColumnSpec]) -> Expr:

@@ -18,7 +18,7 @@ from lakecluster.log_stats import partition_array
 from lakecluster.schema import ColumnSpec, arrow_type
 from lakecluster.table import DeltaLocation, LakeTable, table_properties
 from lakecluster.table.file_rows import file_head
-from lakecluster.table.live_files import DataFile, snapshot_files
+from lakecluster.table.live_files import DataFile, data_files, typed_partitions
 from lakecluster.workload.queries import Query
 
 MIN_STRATUM_ROWS = 100  # rows sampled from even the smallest partition
@@ -69,7 +69,7 @@ class Advice:
     sample_rows: int
     ranked: list[Scored]
     withheld: str | None
-    actions: pa.Table  # the add actions of ``files``, with their stats (``snapshot_files``)
+    actions: pa.Table  # the live files' rows of ``files``: path, typed partition values, min/max of the queried columns
 
     @property
     def current(self) -> Scored:
@@ -108,13 +108,15 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     """
     config = lake.config
     t = config.table
-    live, files = snapshot_files(lake.delta, t.columns, t.partition_by)
+    live = lake.live_files()  # the handle's one view of the live files, kept current from the log
     used = {c for q in queries for c in q.columns}
     parents: list[str] = []
     if config.compaction.group_by_parents:  # the columns the compactor looks for parents among
-        parents = parent_candidates(config, table_properties(live.metadata.configuration))
+        parents = parent_candidates(config, table_properties(live.snapshot_with_metadata()[2].configuration))
     wanted = used | set(current.clustering_columns) | set(t.partition_by) | set(parents)
     columns = [c for c in t.columns if c.name in wanted]
+    version, rows, _ = live.with_stats(columns)  # the bounds of the columns the queries filter on too
+    files = data_files(rows, t.partition_by)
     sample, weights = sample_rows(lake.delta, files, columns, sample_limit)
     target = config.compaction.target_file_bytes
     model = WorkloadModel(queries, sample, weights, sum(f.size for f in files), target, parent_candidates=parents,
@@ -123,4 +125,5 @@ def layout_advice(lake: LakeTable, queries: Sequence[Query], *, current: Candida
     ranked = recommend_weights(model, current) if keep_columns else recommend(model, current,
                                                                                partitionings=partitionings)
     withheld = why_no_recommendation(ranked, PartitionSizes.of_data_files(files), target, min_gain=min_gain)
-    return Advice(live.metadata.version, files, sample.num_rows, ranked, withheld, live.actions)
+    actions = typed_partitions(rows, [t.column(p) for p in t.partition_by])
+    return Advice(version, files, sample.num_rows, ranked, withheld, actions)

@@ -392,22 +392,27 @@ class WorkloadModel:
     @functools.cache  # noqa: B019 - one model per command; the cache dies with it
     def _partitioned(self, partition_by: tuple[str, ...]) -> _Partitioned:
         """Files per partition, and per query the partitions read."""
-        if partition_by:
-            codes = _codes(self.sample, partition_by)
-            parts = int(codes.max()) + 1
-        else:
-            codes, parts = np.zeros(self.rows, dtype=np.int64), 1
-        part_rows = np.bincount(codes, weights=self.weights, minlength=parts)
-        share = part_rows / part_rows.sum()
-        files = np.maximum(MIN_PARTITION_FILES, np.round(self.table_bytes * share / self.target_file_bytes))
-        view = _Partitioned(files, codes, part_rows)
-        for pieces in self.pieces:
-            read = np.ones(parts, dtype=bool)
-            for c in partition_by:
-                if c in pieces:  # the partitions none of whose sampled rows match are pruned
-                    read &= np.bincount(codes[np.concatenate(pieces[c])], minlength=parts) > 0
-            view.read.append(read)
-        return view
+        return _partition_view(self, partition_by)
+
+
+def _partition_view(model: WorkloadModel, partition_by: tuple[str, ...]) -> _Partitioned:
+    """``model``'s files per partition of ``partition_by``, and per query the partitions it reads."""
+    if partition_by:
+        codes = _codes(model.sample, partition_by)
+        parts = int(codes.max()) + 1
+    else:
+        codes, parts = np.zeros(model.rows, dtype=np.int64), 1
+    part_rows = np.bincount(codes, weights=model.weights, minlength=parts)
+    share = part_rows / part_rows.sum()
+    files = np.maximum(MIN_PARTITION_FILES, np.round(model.table_bytes * share / model.target_file_bytes))
+    view = _Partitioned(files, codes, part_rows)
+    for pieces in model.pieces:
+        read = np.ones(parts, dtype=bool)
+        for c in partition_by:
+            if c in pieces:  # the partitions none of whose sampled rows match are pruned
+                read &= np.bincount(codes[np.concatenate(pieces[c])], minlength=parts) > 0
+        view.read.append(read)
+    return view
 
 
 @dataclass

@@ -248,8 +248,8 @@ class StreamJob:
         if resolved != self.table.paths.stream_id:  # every path of the stream (checkpoint, lease) under it
             log.warning("the table's stream of this source is %s (its id is derived from the table's path as it "
                         "was written when it began); continuing it", resolved)  # fmt: skip
+            self.table.continue_stream(resolved)
             self.config = replace(self.config, stream=replace(self.config.stream, id=resolved))
-            self.table = LakeTable(self.config)
 
     def _after_commit(self) -> Callable[[], object] | None:
         """The index sync after each batch, when ``index.sync_after_stream`` asks for it."""

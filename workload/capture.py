@@ -24,15 +24,16 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from lakecluster import literals
+from lakecluster import predicate as P
 from lakecluster.config import WorkloadConfig
 from lakecluster.table import LakeTable
 
-from .queries import Predicate, normalized
+from .queries import Predicate, predicates_of
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ _DAY = re.compile(r"^day=(\d{4}-\d{2}-\d{2})$")
 # <epoch ms, 13 digits>-<application id>-<sequence>-<token>.jsonl (WorkloadWriter.write)
 _NAME = re.compile(r"^(\d{13})-[A-Za-z0-9_-]+\.jsonl$")
 TEMP_GRACE_S = 3600.0  # a writer's hidden temporary file older than this was left by a crash
-_INTEGERS = {"tinyint", "smallint", "int", "bigint"}
+_NO_SPAN = (0, 0)  # a recorded term has no place in a text
+_LIKE_SPECIAL = re.compile(r"[\\%_]")  # escaped in a LIKE pattern made of a recorded prefix
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class CapturedScan:
     bytes_read: int | None
     files_total: int | None
     filters: tuple[dict[str, Any], ...]  # as recorded: data filters, then partition filters
-    predicates: tuple[Predicate, ...]  # what data skipping can use, one per column
+    predicates: tuple[Predicate, ...]  # what data skipping can use, one per column (of expression_of(filters))
 
     @property
     def query_key(self) -> tuple[str, int]:
@@ -160,7 +162,7 @@ def _scan(r: dict[str, Any]) -> CapturedScan:
         query=str(r.get("query") or ""), scan=_int(r.get("scan", 0)), table_version=_opt_int(r.get("table_version")),
         files_read=_opt_int(r.get("files_read")), bytes_read=_opt_int(r.get("bytes_read")),
         files_total=_opt_int(r.get("files_total")), filters=filters,
-        predicates=normalized(p for f in filters if (p := predicate_of(f)) is not None),
+        predicates=predicates_of(expression_of(filters)),
     )  # fmt: skip
 
 
@@ -185,86 +187,52 @@ def _opt_int(value: Any) -> int | None:
 # -- predicates ----------------------------------------------------------------------------------
 
 
+def expression_of(filters: Sequence[dict[str, Any]]) -> P.Expr | None:
+    """The recorded filters as one expression of the where-clause language (``lakecluster.predicate``):
+    the AND of the terms data skipping can use (:func:`term_of`); None when there is none."""
+    terms = tuple(t for f in filters if (t := term_of(f)) is not None)
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else P.And(terms, _NO_SPAN)
+
+
 def predicate_of(f: dict[str, Any]) -> Predicate | None:
-    """A recorded filter as the predicate data skipping can use; None for one that restricts no
-    range of a column (``!=``, ``NOT IN``, ``IS [NOT] NULL``, anything else). A long ``IN`` list,
-    recorded as its count, smallest and largest value, becomes the range between those two: the
-    files it reads are a subset of that range's (a conservative estimate)."""
-    op, column, kind = f.get("op"), f.get("column"), f.get("type")
-    if not isinstance(column, str) or not isinstance(kind, str):
+    """A recorded filter as the predicate data skipping can use (of :func:`term_of`); None for one
+    that restricts no range of a column."""
+    found = predicates_of(term_of(f))
+    return found[0] if found else None
+
+
+def term_of(f: dict[str, Any]) -> P.Expr | None:
+    """A recorded filter as a term of the where-clause language, its constant typed as the
+    language types it (``lakecluster.literals``); None for one that restricts no range of a column
+    (``!=``, ``NOT IN``, ``IS [NOT] NULL``, a type skipping does not use, anything else). A long
+    ``IN`` list, recorded as its count, smallest and largest value, becomes the range between those
+    two: the files it reads are a subset of that range's (a conservative estimate).
+
+    Raises:
+        ValueError: a recorded constant is not a value of the filter's type.
+    """
+    op, name, kind = f.get("op"), f.get("column"), f.get("type")
+    column = literals.column_of(name, kind) if isinstance(name, str) and isinstance(kind, str) else None
+    if column is None:
         return None
-    typed = _typer(kind)
-    if typed is None:
-        return None
+    assert isinstance(kind, str)
+
+    def value(key: str) -> Any:
+        return literals.decode(kind, f[key])
+
     if op in ("=", "<=>"):
-        return Predicate(column, "eq", (typed(f["value"]),))
+        return P.Compare(column, "=", value("value"), _NO_SPAN)
+    if op in ("<", "<=", ">", ">="):
+        return P.Compare(column, str(op), value("value"), _NO_SPAN)
     if op == "in":
         if "values" in f:
-            return Predicate(column, "eq", tuple(typed(v) for v in f["values"]))
-        return Predicate(column, "range", low=typed(f["min"]), high=typed(f["max"]))
-    if op in ("<", "<="):
-        return Predicate(column, "range", high=typed(f["value"]))
-    if op in (">", ">="):
-        return Predicate(column, "range", low=typed(f["value"]))
+            return P.InList(column, tuple(literals.decode(kind, v) for v in f["values"]), False, _NO_SPAN)
+        return P.Between(column, value("min"), value("max"), False, _NO_SPAN)
     if op == "starts_with" and kind == "string":
-        prefix = typed(f["value"])
-        return Predicate(column, "range", low=prefix, high=prefix + "\U0010ffff") if prefix else None
+        return P.Like(column, _LIKE_SPECIAL.sub(r"\\\g<0>", value("value")) + "%", False, _NO_SPAN)
     return None
-
-
-def _typer(kind: str) -> Any:
-    """The function typing a recorded value of Spark type ``kind`` as the where-clause parser types
-    literals (``lakecluster.predicate``); None for a type data skipping does not use."""
-    if kind == "string":
-        return _str
-    if kind in _INTEGERS:
-        return lambda v: Decimal(_int(v))
-    if kind.startswith("decimal("):
-        return _decimal
-    if kind in ("float", "double"):
-        return _float
-    if kind == "date":
-        return lambda v: dt.date.fromisoformat(_str(v))
-    if kind in ("timestamp", "timestamp_ntz"):
-        return _timestamp
-    if kind == "boolean":
-        return _bool
-    return None
-
-
-def _str(v: Any) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"expected a string, got {v!r}")
-    return v
-
-
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ValueError(f"expected true or false, got {v!r}")
-    return v
-
-
-def _decimal(v: Any) -> Decimal:
-    try:
-        exact = Decimal(_str(v))
-    except InvalidOperation:
-        raise ValueError(f"expected a decimal number, got {v!r}") from None
-    if not exact.is_finite():
-        raise ValueError(f"expected a finite number, got {v!r}")
-    return exact
-
-
-def _float(v: Any) -> float:
-    if isinstance(v, str) and v in ("NaN", "Infinity", "-Infinity"):
-        return float(v.lower().replace("infinity", "inf"))
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"expected a number, got {v!r}")
-    return float(v)
-
-
-def _timestamp(v: Any) -> dt.datetime:
-    value = dt.datetime.fromisoformat(_str(v))
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
 def shape_of(filters: Sequence[dict[str, Any]]) -> str:

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from lakecluster import literals
+
 MAX_STRING_CHARS = 1024  # as the listener: a longer constant makes its filter "other"
 MAX_SQL_CHARS = 200
 _COMPARISONS = ("<=>", "<=", ">=", "=", "<", ">")
 _FLIPPED = {"=": "=", "<=>": "<=>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_INTEGERS = ("tinyint", "smallint", "int", "bigint")
 _TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?")
 _FLOAT = re.compile(r"-?(?:\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|NaN|Infinity)")
 _DECIMAL = re.compile(r"-?\d+(?:\.\d+)?")
@@ -344,26 +345,22 @@ def _value(text: str, kind: str, columns: Columns) -> tuple[bool, Any]:
     it: (False, None) when the text does not read as that type or the type is not recorded."""
     if kind == "string":
         return (len(text) <= MAX_STRING_CHARS, text)
-    if kind in _INTEGERS:
-        return (True, int(text)) if _INTEGER.fullmatch(text) else (False, None)
+    if kind in literals.INTEGERS:
+        return (True, literals.encode(kind, int(text))) if _INTEGER.fullmatch(text) else (False, None)
     if kind in ("float", "double"):
-        if not _FLOAT.fullmatch(text):
-            return False, None
-        if text in ("NaN", "Infinity", "-Infinity"):
-            return True, text
-        return True, float(text)
+        return (True, literals.encode(kind, float(text))) if _FLOAT.fullmatch(text) else (False, None)
     if kind.startswith("decimal("):
         if not _DECIMAL.fullmatch(text):
             return False, None
         try:
-            return True, format(Decimal(text), "f")
+            return True, literals.encode(kind, Decimal(text))
         except InvalidOperation:
             return False, None
     if kind == "boolean":
         return (True, text == "true") if text in ("true", "false") else (False, None)
     if kind == "date":
         try:
-            return (True, dt.date.fromisoformat(text).isoformat()) if len(text) == 10 else (False, None)
+            return (True, literals.encode(kind, dt.date.fromisoformat(text))) if len(text) == 10 else (False, None)
         except ValueError:
             return False, None
     if kind in ("timestamp", "timestamp_ntz"):
@@ -382,29 +379,13 @@ def _timestamp(text: str, kind: str, zone: dt.tzinfo | None) -> tuple[bool, Any]
     except ValueError:
         return False, None
     if kind == "timestamp_ntz":
-        return True, _java_local(local)
+        return True, literals.encode(kind, local)
     if zone is None:
         return False, None  # printed in a time zone the log does not name
     early, late = local.replace(tzinfo=zone, fold=0), local.replace(tzinfo=zone, fold=1)
     if early.utcoffset() != late.utcoffset():
         return False, None  # a wall-clock time the zone passes twice (or skips): not one instant
-    instant = early.astimezone(dt.UTC)
-    return True, instant.strftime("%Y-%m-%dT%H:%M:%S") + _fraction(instant.microsecond) + "Z"
-
-
-def _fraction(micros: int) -> str:
-    """Java's ISO-8601 fraction: none, milliseconds or microseconds, as the listener's Instant prints."""
-    if micros == 0:
-        return ""
-    return f".{micros // 1000:03d}" if micros % 1000 == 0 else f".{micros:06d}"
-
-
-def _java_local(value: dt.datetime) -> str:
-    """``LocalDateTime.toString``: seconds only when they or a fraction are not zero."""
-    text = value.strftime("%Y-%m-%dT%H:%M")
-    if value.second or value.microsecond:
-        text += f":{value.second:02d}" + _fraction(value.microsecond)
-    return text
+    return True, literals.encode(kind, early.astimezone(dt.UTC))
 
 
 def _zone(name: str | None) -> dt.tzinfo | None:

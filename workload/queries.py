@@ -77,10 +77,16 @@ def parse_workload(lines: Iterable[str], columns: Sequence[ColumnSpec]) -> list[
         except PredicateError as e:
             at = f" at character {e.position + 1}" if e.position is not None else ""
             raise WorkloadError(f"{e.message}{at}: {text}", line=number) from None
-        queries.append(Query(number, text, normalized(_predicates(tree))))
+        queries.append(Query(number, text, predicates_of(tree)))
     if not queries:
         raise WorkloadError("the workload file holds no WHERE clause (one per line)")
     return queries
+
+
+def predicates_of(expression: P.Expr | None) -> tuple[Predicate, ...]:
+    """What data skipping can use of an expression of the where-clause language: one predicate
+    per column (see the module's docstring); none for None."""
+    return () if expression is None else normalized(_predicates(expression))
 
 
 def _predicates(node: P.Expr) -> list[Predicate]:

@@ -104,6 +104,15 @@ class LakeTable:
                 self._stream_id = self._recorded_stream_id()
             return self._stream_id
 
+    def continue_stream(self, stream_id: str) -> None:
+        """Take ``stream_id`` as the configured stream's id from now on (the stream of this source
+        the table records under another id: ``stream_identity.resolve``): its checkpoint, lease and
+        sketches are that stream's. The handle stays the one every component holds."""
+        with self._lock:
+            self.config = dataclasses.replace(self.config, stream=dataclasses.replace(self.config.stream, id=stream_id))
+            self.paths = TablePaths.of(self.config)
+            self._stream_id = stream_id
+
     def _recorded_stream_id(self) -> str:
         derived = self.paths.stream_id
         if self.config.stream.id:

@@ -40,7 +40,7 @@ from lakecluster.table.deletion_vectors import DESCRIPTOR_TYPE, DeletionVector, 
 from lakecluster.table.location import DeltaLocation
 from lakecluster.table.log import LogGap, NetChanges
 from lakecluster.table.metadata import table_properties
-from lakecluster.table.snapshot import ROW_TRACKING, LiveAdds, Metadata, parse_stats, physical_names
+from lakecluster.table.snapshot import ROW_TRACKING, Metadata, parse_stats, physical_names
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,12 @@ class LiveFiles:
             if missing:
                 self.stats_columns = (*self.stats_columns, *missing)
                 self.version = -1
+
+    def with_stats(self, columns: Sequence[ColumnSpec]) -> tuple[int, pa.Table, Metadata]:
+        """(latest version, its live files with ``columns``' min and max too, the table's metadata
+        there): the live files a caller that needs other columns' bounds reads (``cover``)."""
+        self.cover(columns)
+        return self.snapshot_with_metadata()
 
     def refresh(self) -> int:
         """Bring the files to the table's latest version; returns that version."""
@@ -350,14 +356,13 @@ def data_files(rows: pa.Table, partition_by: Sequence[str]) -> list[DataFile]:
     ]  # fmt: skip
 
 
-def snapshot_files(location: DeltaLocation, columns: Sequence[ColumnSpec],
-                   partition_by: Sequence[str]) -> tuple[LiveAdds, list[DataFile]]:  # fmt: skip
-    """The table's latest live files (``LiveAdds``: its version and metadata, the add actions with
-    every data column of ``columns``' stats, typed), and those files as the planner's."""
-    by_name = {c.name: c for c in columns}
-    partitions = [by_name[p] for p in partition_by]
-    live = location.read_live_adds(partitions, [c for c in columns if c.name not in partition_by])
-    return live, data_files(live_file_rows(live.actions, partitions, []), partition_by)
+def typed_partitions(rows: pa.Table, partition_by: Sequence[ColumnSpec]) -> pa.Table:
+    """``rows`` of the live files with their ``partition.<p>`` columns typed as the columns are
+    (the log keeps partition values as text)."""
+    for p in partition_by:
+        name = f"partition.{p.name}"
+        rows = rows.set_column(rows.schema.get_field_index(name), name, partition_array(p, rows[name].to_pylist()))
+    return rows
 
 
 def off_layout_mask(live: pa.Table, fingerprint: str) -> pa.ChunkedArray:

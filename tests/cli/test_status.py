@@ -19,11 +19,11 @@ from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import sync
 from lakecluster.stream.source import open_source
 from lakecluster.table import LakeTable, user_metadata
-from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.cli.conftest import run_cli, write_ssb_table
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import fill, generator_config
+from tests.snapshot_files import snapshot_files
 
 pytestmark = pytest.mark.integration
 

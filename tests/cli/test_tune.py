@@ -16,10 +16,10 @@ from lakecluster.compaction.loop import Compactor
 from lakecluster.config import StorageConfig, load_config
 from lakecluster.stream.generator import generate
 from lakecluster.table import LakeTable
-from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.conftest import lakecluster_cmd, subprocess_env
 from tests.generated_tables import SMALL, fill, generator_config
+from tests.snapshot_files import snapshot_files
 from tests.workload_records import record, write
 
 pytestmark = pytest.mark.integration

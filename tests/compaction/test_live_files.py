@@ -15,10 +15,11 @@ from lakecluster.config import Config, StorageConfig, load_config
 from lakecluster.errors import TableNotFoundError
 from lakecluster.schema import ColumnSpec
 from lakecluster.table import LakeTable
-from lakecluster.table.live_files import LiveFiles, _runs, snapshot_files
+from lakecluster.table.live_files import LiveFiles, _runs
 from lakecluster.table.location import DeltaLocation
 from tests.file_names import file_run
 from tests.index.tables import COLUMNS, PARTITION_BY, append, batch, checkpoint_and_clean_up, rewrite_partition
+from tests.snapshot_files import snapshot_files
 
 BY_NAME = {c.name: c for c in COLUMNS}
 STATS = [BY_NAME[n] for n in ("id", "city", "x", "amount", "day", "at", "flag")]

@@ -19,9 +19,9 @@ from lakecluster.index.spec import IndexSpec
 from lakecluster.parquet_files import WrittenFile
 from lakecluster.schema import ColumnSpec, arrow_schema
 from lakecluster.table import LakeTable
-from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.parquet_writes import write_files
+from tests.snapshot_files import snapshot_files
 
 COLUMNS = (
     ColumnSpec("id", "long"),

@@ -19,10 +19,10 @@ from lakecluster.index.reader import read_candidates
 from lakecluster.index.spec import IndexSpec
 from lakecluster.index.sync import rebuild, store_for, sync
 from lakecluster.table import LakeTable
-from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from tests.conftest import duckdb_connection
 from tests.generated_tables import fill, generator_config
+from tests.snapshot_files import snapshot_files
 
 pytestmark = pytest.mark.integration
 

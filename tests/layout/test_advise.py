@@ -17,9 +17,9 @@ from lakecluster.layout.model import Candidate, Scored, WorkloadModel, equal_bit
 from lakecluster.layout.partition_sizes import PartitionSizes
 from lakecluster.layout.search import GRID_WEIGHTS, MIN_GAIN, recommend, recommend_weights, why_no_recommendation
 from lakecluster.schema import ColumnSpec
-from lakecluster.table.live_files import snapshot_files
 from lakecluster.table.location import DeltaLocation
 from lakecluster.workload.queries import Predicate, WorkloadError, parse_workload
+from tests.snapshot_files import snapshot_files
 
 COLUMNS = load_config(None).table.columns  # the SSB-like schema
 

@@ -268,3 +268,66 @@ def test_the_listeners_defaults_are_the_configurations() -> None:
     assert {key: java[name] for key, name in constants.items()} == {k: float(getattr(defaults, k)) for k in constants}
     for name in LISTENER_KEYS.values():
         assert f'PREFIX + "{name}"' in source
+
+
+# The constants of every type the capture format records: the column's Spark type, a where-clause
+# in Spark's SQL, and the same clause in lakecluster's where-clause language.
+LITERALS = [
+    ("t8", "tinyint", "t8 = -7", "t8 = -7"),
+    ("t16", "smallint", "t16 <= 300", "t16 <= 300"),
+    ("t32", "int", "t32 > 2147483000", "t32 > 2147483000"),
+    ("t64", "bigint", "t64 = 9007199254740993", "t64 = 9007199254740993"),  # above 2^53: exact, not a double
+    ("f32", "float", "f32 = float(1.1)", "f32 = 1.1"),
+    ("f64", "double", "f64 >= 0.30000000000000004", "f64 >= 0.30000000000000004"),
+    ("f64", "double", "f64 = double('NaN')", "f64 = NaN"),
+    ("f64", "double", "f64 > double('-Infinity')", "f64 > -Infinity"),
+    ("dec", "decimal(18,2)", "dec = 12.50", "dec = 12.50"),
+    ("day", "date", "day < DATE'1995-06-01'", "day < DATE '1995-06-01'"),
+    ("ts", "timestamp", "ts = TIMESTAMP'2024-03-10 12:34:56.789+00:00'",
+     "ts = TIMESTAMP '2024-03-10 12:34:56.789+00:00'"),
+    ("ts", "timestamp", "ts > TIMESTAMP'2024-03-10 12:34:56.123456+00:00'",
+     "ts > TIMESTAMP '2024-03-10 12:34:56.123456+00:00'"),
+    ("ntz", "timestamp_ntz", "ntz = TIMESTAMP_NTZ'2024-03-10 12:34:00'", "ntz = TIMESTAMP '2024-03-10 12:34:00'"),
+    ("s", "string", "s = 'O\\'Brien ✓ \\\\ %_'", "s = 'O''Brien ✓ \\ %_'"),  # Spark escapes with \\
+    ("s", "string", "s LIKE 'Ab%'", "s LIKE 'Ab%'"),
+    ("b", "boolean", "b <=> true", "b = TRUE"),  # Spark simplifies b = true to b, a filter of no constant
+]  # fmt: skip
+
+
+def test_the_listener_writes_every_type_s_constants_as_the_capture_format_reads_them(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path, listener: Listener
+) -> None:
+    """One format for constants: what ``WorkloadListener.java`` records is exactly what
+    ``lakecluster.literals.encode`` writes for the value it decodes to, and that value is the one
+    the where-clause language gives the same constant. A change to either side fails here."""
+    from lakecluster import literals
+    from lakecluster import predicate as P
+
+    table = tmp_path / "typed"
+    (spark.range(0, 8).selectExpr(
+        "cast(id as tinyint) as t8", "cast(id as smallint) as t16", "cast(id as int) as t32", "id as t64",
+        "cast(id as float) as f32", "cast(id as double) as f64", "cast(id as decimal(18,2)) as dec",
+        "date_add(date'1995-01-01', cast(id as int)) as day", "timestamp'2024-03-10 00:00:00+00:00' as ts",
+        "timestamp_ntz'2024-03-10 00:00:00' as ntz", "concat('s', cast(id as string)) as s", "id % 2 = 0 as b")
+     .write.format("delta").save(str(table)))  # fmt: skip
+    columns = {name: literals.column_of(name, kind) for name, kind, _, _ in LITERALS}
+    before = listener.scans(table)
+    for _, _, spark_where, _ in LITERALS:
+        _run(spark, table, spark_where)
+    scans = _new(before, listener.scans(table))
+    assert len(scans) == len(LITERALS)
+    for scan, (name, kind, spark_where, ours) in zip(scans, LITERALS, strict=True):
+        recorded = [f for f in scan.filters if f.get("column") == name and f["op"] not in ("is_not_null", "other")]
+        assert len(recorded) == 1 and recorded[0]["type"] == kind, (spark_where, scan.filters)
+        f = recorded[0]
+        parsed = P.parse(ours, [c for c in columns.values() if c is not None])
+        if f["op"] == "starts_with":
+            assert isinstance(parsed, P.Like) and P.like_prefix(parsed.pattern)[0] == literals.decode(kind, f["value"])
+            assert literals.encode(kind, literals.decode(kind, f["value"])) == f["value"]
+            continue
+        assert isinstance(parsed, P.Compare), ours
+        value = literals.decode(kind, f["value"])
+        assert literals.encode(kind, value) == f["value"], (spark_where, f["value"])  # Java writes the one format
+        assert type(value) is type(parsed.value), (spark_where, value, parsed.value)
+        same = value == parsed.value or (value != value and parsed.value != parsed.value)  # NaN
+        assert same, (spark_where, value, parsed.value)
