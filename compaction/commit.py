@@ -29,11 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecluster import delta_txn
-from lakecluster.commit import Committed, Transaction, commit
+from lakecluster.commit import Committed, Transaction, commit, marked
 from lakecluster.compaction.planner import Group
 from lakecluster.errors import CompactionConflictError, TableError
 from lakecluster.parquet_files import WrittenFile
-from lakecluster.table import DeltaLocation, parse_user_metadata
+from lakecluster.table import DeltaLocation
 from lakecluster.table.deletion_vectors import file_keys
 from lakecluster.table.live_files import DataFile
 
@@ -152,12 +152,7 @@ class RewriteCommit:
         return None
 
     def landed_in(self, actions: Sequence[dict]) -> bool:
-        for action in actions:
-            info = action.get("commitInfo")
-            if isinstance(info, dict):
-                meta = parse_user_metadata(info.get("userMetadata"))
-                return meta is not None and meta.get("attempt") == self.attempt
-        return False
+        return marked(actions, "attempt", self.attempt)
 
 
 def commit_rewrite(spark: SparkSession, location: DeltaLocation, group: Group, written: Sequence[WrittenFile], *,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lakecluster import delta_txn
 from lakecluster.errors import TableError
 from lakecluster.faults import fail_point, pause_point
-from lakecluster.table import DeltaLocation, LogGap, user_metadata
+from lakecluster.table import DeltaLocation, LogGap, parse_user_metadata, user_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -188,6 +188,17 @@ def commit(spark: SparkSession, plan: CommitPlan, *, checkpoints: BackgroundChec
                 return Committed(landed, resolved_from_log=True)
             outcome = "nothing was committed" if certain else "the log could not tell whether it landed"
             raise TableError(f"{plan.what} to {plan.location.uri} failed ({outcome}): {first}") from e
+
+
+def marked(actions: Sequence[dict], key: str, value: str) -> bool:
+    """Whether a commit's actions carry ``key`` = ``value`` in lakecluster's ``userMetadata`` (a
+    plan's own mark, for :meth:`CommitPlan.landed_in`)."""
+    for action in actions:
+        info = action.get("commitInfo")
+        if isinstance(info, dict):
+            meta = parse_user_metadata(info.get("userMetadata"))
+            return meta is not None and meta.get(key) == value
+    return False
 
 
 def _find(plan: CommitPlan, after: int) -> tuple[int | None, bool]:

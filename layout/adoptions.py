@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakecluster import delta_txn
-from lakecluster.commit import Transaction, commit
+from lakecluster.commit import Transaction, commit, marked
 from lakecluster.errors import TableError
-from lakecluster.table import LAYOUT_DOMAIN, Adoption, AdoptionFiles, DeltaLocation, LakeTable, parse_user_metadata
+from lakecluster.table import LAYOUT_DOMAIN, Adoption, AdoptionFiles, DeltaLocation, LakeTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,12 +91,7 @@ class LayoutRecordCommit:
         return None
 
     def landed_in(self, actions: Sequence[dict]) -> bool:
-        for action in actions:
-            info = action.get("commitInfo")
-            if isinstance(info, dict):
-                meta = parse_user_metadata(info.get("userMetadata"))
-                return meta is not None and meta.get("layout_record_id") == self.adoption.id
-        return False
+        return marked(actions, "layout_record_id", self.adoption.id)
 
 
 def _snapshot_domain(txn: Transaction, domain: str) -> str | None:

@@ -146,14 +146,6 @@ class TableLayout:
             compaction=dataclasses.replace(config.compaction, column_weights=weights),
         )  # fmt: skip
 
-    def as_dict(self) -> dict[str, Any]:
-        """What ``status`` shows of it."""
-        return {"clustering_columns": list(self.clustering_columns),
-                "column_weights": {c: float(self.column_weights.get(c, 1.0)) for c in self.clustering_columns},
-                "curve": self.curve, "partition_by": list(self.partition_by), "adopted": self.is_adopted,
-                "adoption": None if self.adoption is None else self.adoption.number,
-                "recorded": self.recorded, "fingerprint": self.fingerprint}  # fmt: skip
-
 
 def clusters_data_columns(config: Config, adoption: Adoption) -> bool:
     """Whether the adopted layout clusters by data columns of the table as configured (not, say,
@@ -211,10 +203,6 @@ class AdoptionFiles:
         if not numbers:
             return None
         data = self.read(self.path(numbers[-1]))
-        return None if data is None else Adoption.from_dict(data)
-
-    def get(self, number: int) -> Adoption | None:
-        data = self.read(self.path(number))
         return None if data is None else Adoption.from_dict(data)
 
     def all(self) -> list[Adoption]:
