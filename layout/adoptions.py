@@ -117,7 +117,15 @@ def record_adoption(spark: SparkSession, table: LakeTable, adoption: Adoption) -
     if "domainMetadata" not in metadata.writer_features:
         log.warning("layout loop: giving %s the domainMetadata writer feature (its protocol's writer version goes "
                     "to 7) to record the adopted layout in its log", table.uri)  # fmt: skip
-        spark.sql(f"ALTER TABLE delta.`{table.uri}` SET TBLPROPERTIES ('delta.feature.domainMetadata' = 'supported')")
+        try:
+            spark.sql(f"ALTER TABLE delta.`{table.uri}` SET TBLPROPERTIES ('delta.feature.domainMetadata' = "
+                      "'supported')")  # fmt: skip
+        except Exception as e:  # another compactor upgrading it at the same moment: the next look records
+            text = f"{type(e).__name__}: {e}"
+            if not any(name in text for name in (*_CONFLICTS, "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")):
+                raise
+            raise LayoutRecordConflict(f"another commit changed {table.uri} while it was given the domainMetadata "
+                                       f"feature (nothing of this one landed): {delta_txn.first_line(text)}") from None
     record = adoption.record(config.compaction.curve, config.compaction.group_by_parents, config.table.partition_by)
     return commit(spark, LayoutRecordCommit(table.delta, adoption, record)).version
 
@@ -179,8 +187,9 @@ class AdoptionStore:
 
     def record_pending(self) -> None:
         """Record the newest adoption in the log when only its file has it (a compactor of an
-        earlier version adopted it, or one stopped between the file and the record); a conflict
-        with another compactor recording it too leaves it to the next look."""
+        earlier version adopted it, or one stopped between the file and the record). A conflict
+        with another compactor recording it too, or any other failure, leaves it to the next look:
+        the adoption is in effect from its file meanwhile, and compaction goes on."""
         if self.spark is None:
             return
         adoption, recorded = self.table.adoption()
@@ -190,6 +199,10 @@ class AdoptionStore:
             version = record_adoption(self.spark(), self.table, adoption)
         except LayoutRecordConflict as e:
             log.info("layout loop: %s", e)
+            return
+        except Exception as e:  # the file keeps the layout in effect; the next round records it
+            log.warning("layout loop: recording adopted layout %d in the table's log failed (it stays in effect from "
+                        "its file; tried again next round): %s", adoption.number, delta_txn.first_line(str(e)))
             return
         if version is not None:
             log.info("layout loop: adopted layout %d recorded in the table's log at version %d", adoption.number,

@@ -138,3 +138,41 @@ def test_a_layout_record_of_a_newer_format_is_refused_with_one_line(spark, tmp_p
     with pytest.raises(UnsupportedTableError, match="format 2"):
         LakeTable(_config(path)).layout()
     assert LakeTable(_config(path, "off")).layout().clustering_columns == ("a", "b")  # not asked: not read
+
+
+def test_two_compactors_recording_at_once_on_a_table_without_the_feature_record_it_once(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path
+) -> None:
+    """Both give the table the domainMetadata feature at the same moment: Delta lets one protocol
+    change through and refuses the other (ProtocolChangedException). The refused one leaves the
+    record to its next look instead of failing its round; the layout is in effect from its file
+    meanwhile. (A full run once failed a compactor here.)"""
+    import threading
+
+    path = tmp_path / "t"
+    _table(path)
+    config = _config(path)
+    folder = path / "_lakecluster" / "layout"
+    folder.mkdir(parents=True)
+    (folder / "adoption-00000001.json").write_text(json.dumps(_adoption(1).as_dict(), sort_keys=True))
+    stores = [AdoptionStore(LakeTable(config), spark=lambda: spark) for _ in range(3)]
+    barrier = threading.Barrier(len(stores))
+    failures: list[BaseException] = []
+
+    def record(store: AdoptionStore) -> None:
+        try:
+            barrier.wait()
+            store.record_pending()
+        except BaseException as e:  # what escapes is the finding
+            failures.append(e)
+
+    threads = [threading.Thread(target=record, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    for store in stores:  # the next look of each: recorded by now, or by this one
+        store.record_pending()
+    assert len(_domain_actions(path)) == 1
+    assert LakeTable(config).layout().recorded

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -230,10 +231,15 @@ class KafkaBroker:
             self._publish_cds_archive(complete=False)
 
     def pause(self) -> None:
-        """SIGSTOP: the broker stops answering but keeps its connections, like a hung machine."""
+        """SIGSTOP: the broker stops answering but keeps its connections, like a hung machine.
+        Returns once every thread of the broker is stopped (on a loaded machine a thread can go on
+        for a moment after the signal is sent, and answer a request sent just after)."""
         if not self.running or self._process is None:
             raise KafkaServiceError("broker is not running")
         os.kill(self._process.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not _all_threads_stopped(self._process.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def resume(self) -> None:
         """SIGCONT after ``pause()``."""
@@ -442,3 +448,12 @@ class _Quiet:
 
     def __exit__(self, *exc: object) -> None:
         self.logger.setLevel(self.level)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in the stopped state (``T`` in ``/proc/<pid>/task/*/stat``)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return all((t / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t") for t in tasks)
+    except (OSError, IndexError):
+        return True  # no /proc (or the process is gone): nothing more to wait for
