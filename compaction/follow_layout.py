@@ -63,15 +63,19 @@ class LayoutFollower:
         ``auto_layout = apply``; the configured one otherwise. An adoption only its file has (an
         earlier version adopted it) is recorded in the log first."""
         base = self.base_config
+        found = None
         if base.compaction.auto_layout == "apply":
-            self.auto.store.record_pending()
-            latest = self.table.adoption()[0]
+            found = self.table.adoption()  # once a round: a listing of the adoption files
+            if found[0] is not None and not found[1]:
+                self.auto.store.record_pending()
+                found = self.table.adoption()
+            latest = found[0]
             if latest is not None and not clusters_data_columns(base, latest) and self._refused != latest.id:
                 self._refused = latest.id
                 log.warning("layout loop: adopted layout %d clusters by %s, which are not data columns of the table as "
                             "configured; the configured layout stays in effect", latest.number,
                             ", ".join(latest.clustering_columns))  # fmt: skip
-        layout = self.table.layout(base)
+        layout = self.table.layout(base, found)
         adopted = layout.adoption
         metrics.AUTO_LAYOUT_ADOPTION.set(adopted.number if adopted is not None else 0)
         if (adopted.id if adopted else None) == (self.adoption.id if self.adoption else None):

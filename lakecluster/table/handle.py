@@ -166,7 +166,7 @@ class LakeTable:
             recorded = None
         return newest(recorded, self.adoptions().latest())
 
-    def layout(self, config: Config | None = None) -> TableLayout:
+    def layout(self, config: Config | None = None, found: tuple[Adoption | None, bool] | None = None) -> TableLayout:
         """The layout in effect (``layout_record.py``): the newest adopted one when
         ``compaction.auto_layout = apply`` and it clusters by data columns of the table, the
         configured one otherwise. From then on the live files keep its columns' min and max.
@@ -174,6 +174,7 @@ class LakeTable:
         Args:
             config: the configuration to take the mode and the configured layout from (default:
                 the handle's; a compactor passes the one it reloaded).
+            found: :meth:`adoption`'s answer when the caller has just read it (default: read).
 
         Raises:
             UnsupportedTableError: the table's layout record is of a newer format.
@@ -181,7 +182,7 @@ class LakeTable:
         config = config or self.config
         layout = TableLayout.configured(config)
         if config.compaction.auto_layout == "apply":
-            adoption, recorded = self.adoption()
+            adoption, recorded = found if found is not None else self.adoption()
             if adoption is not None and clusters_data_columns(config, adoption):
                 layout = TableLayout.adopted(config, adoption, recorded=recorded)
         by_name = {c.name: c for c in config.table.columns}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -37,8 +36,6 @@ from lakecluster.uris import is_local
 
 if TYPE_CHECKING:
     from lakecluster.config import Config, StorageConfig
-
-log = logging.getLogger(__name__)
 
 LAYOUT_DOMAIN = "lakecluster.layout"  # the domain of the adopted layout's record (not "delta.": a user domain)
 RECORD_FORMAT = 1  # the record's "format": a reader refuses a newer one rather than misread it
