@@ -310,8 +310,10 @@ def run_arm(arm: str, work: Path, setup: dict, plan: list[list[str]], switch: in
     fragments, target, in_bytes = setup["fragments"], setup["target"], setup["in_bytes"]
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
+    from lakecluster.workload.listener import listener_jar
 
-    spark = get_session(SparkConfig(master="local[2]", conf={"spark.driver.memory": "4g"}))
+    spark_config = SparkConfig(master="local[2]", conf={"spark.driver.memory": "4g"})
+    spark = get_session(spark_config, extra_jars=[listener_jar(spark_config)])  # the "apply" arms capture
     spark.sparkContext.setLogLevel("ERROR")
     home = work / slug(arm) / "table"
     if home.parent.exists():

@@ -10,9 +10,11 @@ ships inside pyspark), run once per set of coordinates; the resulting file list 
 cache folder and handed to Spark as ``spark.jars``. Handing Spark the packages instead costs an Ivy
 resolution at every JVM start (about 10 s here, measured), which every CLI invocation would pay.
 
-The cache also holds ``lakecluster-logstore.jar``, compiled on first use from the Java source
-shipped with the package (``jvm/ConditionalCreateLogStore.java``): the Delta LogStore that makes
-commits from several processes safe on local disks and S3 (see docs/storage.md).
+The cache also holds the jars of lakecluster's own Java classes, compiled on first use from the
+sources shipped with the package (:func:`compiled_jar`): ``lakecluster-logstore-<digest>.jar`` from
+``jvm/`` here (``ConditionalCreateLogStore.java``, the Delta LogStore that makes commits from several
+processes safe on local disks and S3, see docs/storage.md; ``ActionLines.java``), and the workload
+listener's, from ``workload/jvm/``.
 """
 
 from __future__ import annotations
@@ -231,11 +233,20 @@ def _cached(listing: Path) -> list[Path] | None:
 
 
 def logstore_jar(classpath: Sequence[Path], *, cache_dir: Path = DEFAULT_CACHE) -> Path:
-    """lakecluster's Java classes (``jvm/*.java``: the ``ConditionalCreateLogStore``, ``ActionLines``),
-    built once per version of their sources with javac."""
-    sources = sorted(_JVM_SOURCES.glob("*.java"))
+    """The core's Java classes (``jvm/*.java``: the ``ConditionalCreateLogStore``, ``ActionLines``),
+    compiled against ``classpath`` (Delta's jars) and Spark's."""
+    return compiled_jar("lakecluster-logstore", _JVM_SOURCES, classpath, cache_dir=cache_dir)
+
+
+def compiled_jar(name: str, sources_dir: Path, classpath: Sequence[Path], *, cache_dir: Path = DEFAULT_CACHE) -> Path:
+    """The ``*.java`` files of ``sources_dir`` compiled with javac against ``classpath`` and
+    pyspark's jars into ``<cache_dir>/<name>-<digest>.jar``: built once per version of the sources
+    (their digest names the jar), by one process at a time."""
+    sources = sorted(sources_dir.glob("*.java"))
+    if not sources:
+        raise JarResolutionError(f"no Java sources in {sources_dir}: the package is installed incompletely")
     digest = hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in sources)).hexdigest()
-    jar = cache_dir / f"lakecluster-logstore-{digest[:16]}.jar"
+    jar = cache_dir / f"{name}-{digest[:16]}.jar"
     if jar.is_file():
         return jar
     with _locked(cache_dir):

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,12 @@ BASE_CONF = {
 }
 
 
-def session_conf(config: SparkConfig, storage: StorageConfig, *, s3: bool) -> dict[str, str]:
-    """Every setting the session is built with: ours, storage access, then the user's."""
-    jar_files = jars.spark_jars(s3=s3, cache_dir=jars.cache_dir(config.jars_cache))
+def session_conf(
+    config: SparkConfig, storage: StorageConfig, *, s3: bool, extra_jars: Sequence[Path] = ()
+) -> dict[str, str]:
+    """Every setting the session is built with: ours (our jars and ``extra_jars``), storage
+    access, then the user's."""
+    jar_files = [*jars.spark_jars(s3=s3, cache_dir=jars.cache_dir(config.jars_cache)), *extra_jars]
     java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -Dlakecluster.jvm.log.level={config.log_level}"
     if config.java_options:
         java_options = f"{java_options} {config.java_options}"
@@ -79,14 +82,16 @@ def get_session(
     s3: bool = False,
     app_name: str = "lakecluster",
     extra: Mapping[str, str] | None = None,
+    extra_jars: Sequence[Path] = (),
 ) -> SparkSession:
-    """Build (or reuse) the session. ``s3`` adds hadoop-aws and the S3 settings."""
+    """Build (or reuse) the session. ``s3`` adds hadoop-aws and the S3 settings; ``extra_jars`` go
+    on ``spark.jars`` after lakecluster's (the workload listener's, say)."""
     # Python workers must run this interpreter, or they fail to import lakecluster.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark import SparkContext
 
-    conf = {**session_conf(config, storage or StorageConfig(), s3=s3), **(extra or {})}
+    conf = {**session_conf(config, storage or StorageConfig(), s3=s3, extra_jars=extra_jars), **(extra or {})}
     archive, pending = None, None
     starts_jvm = SparkContext._gateway is None  # else getOrCreate runs in the JVM already up
     driver_options = conf.get("spark.driver.extraJavaOptions", "")

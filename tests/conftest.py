@@ -149,6 +149,7 @@ def alertmanager(webhook: WebhookReceiver, tmp_path_factory: pytest.TempPathFact
 def spark():  # type: ignore[no-untyped-def]
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
+    from lakecluster.workload.listener import listener_jar
 
     # Delta rebuilds a snapshot in snapshotPartitions tasks (lakecluster's default 4, for logs of
     # production size): on the tests' small logs one task does it, a sixth less of the JVM's CPU
@@ -160,7 +161,8 @@ def spark():  # type: ignore[no-untyped-def]
     # generated code (interpreted, a full run took more CPU, not less).
     session = get_session(SparkConfig(master="local[2]", conf={
         "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "1",
-        "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}))  # fmt: skip
+        "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}),
+        extra_jars=[listener_jar(SparkConfig())])  # tests/workload/ register the listener in this session  # fmt: skip
     yield session
     session.stop()
 

@@ -33,8 +33,11 @@ def main(logs: str, table: str) -> None:
     from pyspark.sql import SparkSession
 
     from lakecluster import jars
+    from lakecluster.config import SparkConfig
+    from lakecluster.workload.listener import listener_jar
 
-    base = {"spark.jars": ",".join(str(j) for j in jars.spark_jars(s3=False)),  # Delta's, and the listener's
+    application_jars = [*jars.spark_jars(s3=False), listener_jar(SparkConfig())]  # Delta's, and the listener's
+    base = {"spark.jars": ",".join(str(j) for j in application_jars),
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.databricks.delta.snapshotPartitions": "1", "spark.sql.shuffle.partitions": "1",

@@ -5,6 +5,7 @@ counted (lazy ones inside functions and ``TYPE_CHECKING`` ones included)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,24 @@ def test_every_package_of_the_source_tree_is_in_the_distribution() -> None:
             found.add(".".join((name, *parts)))
     assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"
 
+
+
+def test_java_sources_live_in_their_component_and_ship_in_the_distribution() -> None:
+    """A Java class sits in the folder of the component its package names (the core's
+    ``lakecluster.delta`` in ``lakecluster/jvm/``, the listener's ``lakecluster.workload`` in
+    ``workload/jvm/``), and pyproject.toml ships each folder's sources, which are compiled on
+    first use."""
+    import tomllib
+
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {name: REPO / folder for name, folder in setup["package-dir"].items()}
+    home = {"lakecluster.delta": "lakecluster", "lakecluster.workload": "lakecluster.workload"}
+    sources = [(name, path) for name, root in folders.items() for path in sorted(root.glob("jvm/*.java"))]
+    assert {name for name, _ in sources} == set(home.values())
+    for name, path in sources:
+        package = re.search(r"^package ([\w.]+);", path.read_text(), re.MULTILINE)
+        assert package is not None and home.get(package.group(1)) == name, f"{path} belongs elsewhere"
+        assert "jvm/*.java" in setup["package-data"].get(name, []), f"{name}'s Java sources are not shipped"
 
 # -- no import circle ----------------------------------------------------------------------------
 

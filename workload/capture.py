@@ -1,6 +1,6 @@
 """The captured workload of a table: the query listener's records read back, and old ones deleted.
 
-The listener (``lakecluster/jvm/WorkloadListener.java``) writes one JSON object per line, one line
+The listener (``workload/jvm/WorkloadListener.java``) writes one JSON object per line, one line
 per scan of the table by a successful query, into immutable files of its own under
 ``<table>/_lakecluster/workload/day=<yyyy-mm-dd>/`` (the format: docs/workload.md). Here they
 become :class:`CapturedScan` records whose predicates are the :class:`Predicate` model of a

@@ -1,9 +1,11 @@
 """The query listener that captures a table's workload in any Spark application (docs/workload.md).
 
-The listener is Java (``jvm/WorkloadListener.java``, ``jvm/WorkloadWriter.java``), compiled on first
-use into the jar of lakecluster's classes (:func:`lakecluster.jars.logstore_jar`). An application
-of another team enables it with two settings, which ``lakecluster workload --listener-conf``
-prints: the jar on ``spark.jars`` and the listener's class on ``spark.sql.queryExecutionListeners``.
+The listener is Java (``jvm/WorkloadListener.java``, ``jvm/WorkloadWriter.java`` beside this module),
+compiled on first use into a jar of its own in the jars cache (:func:`listener_jar`). It needs
+Spark's classes only (Delta's it reaches by name), so it runs in an application with its own
+delta-spark. An application of another team enables it with two settings, which ``lakecluster
+workload --listener-conf`` prints: the jar on ``spark.jars`` and the listener's class on
+``spark.sql.queryExecutionListeners``.
 The listener's own settings are Spark conf keys under ``spark.lakecluster.workload.``; their
 defaults are those of lakecluster's ``[workload]`` keys, and the command prints a line for each
 key the configuration sets otherwise.
@@ -29,9 +31,12 @@ LISTENER_KEYS = {
 }
 
 
+JAVA_SOURCES = Path(__file__).parent / "jvm"
+
+
 def listener_jar(spark: SparkConfig) -> Path:
-    """The jar holding the listener (built on first use, with the jars it is compiled against)."""
-    return jars.spark_jars(s3=False, cache_dir=jars.cache_dir(spark.jars_cache))[-1]
+    """The jar holding the listener, in the jars cache of ``spark`` (compiled on first use)."""
+    return jars.compiled_jar("lakecluster-workload", JAVA_SOURCES, [], cache_dir=jars.cache_dir(spark.jars_cache))
 
 
 def listener_conf(workload: WorkloadConfig, jar: Path) -> dict[str, str]:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 SIDE_FOLDER = "_lakecluster"
 SKETCHES = "sketches"  # a stream's sketch folder, inside its own folder
-WORKLOAD = "workload"  # the query listener's capture files (lakecluster/jvm/WorkloadWriter.java)
+WORKLOAD = "workload"  # the query listener's capture files (workload/jvm/WorkloadWriter.java)
 LAYOUT = "layout"  # layouts the compactor adopted from the captured workload (compaction/adoptions.py)
 
 

@@ -42,12 +42,13 @@ APPLICATION = """
 import json, sys
 from lakecluster.config import SparkConfig, StorageConfig
 from lakecluster.spark import get_session
-from lakecluster.workload.listener import LISTENER_CLASS, LISTENERS_KEY
+from lakecluster.workload.listener import LISTENER_CLASS, LISTENERS_KEY, listener_jar
 from tests.spark_scans import files_scanned
 
 table, storage, queries = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-spark = get_session(SparkConfig(master="local[1]", conf={"spark.sql.shuffle.partitions": "1"}),
-                    StorageConfig(**storage), s3=True, app_name="dashboards", extra={LISTENERS_KEY: LISTENER_CLASS})
+config = SparkConfig(master="local[1]", conf={"spark.sql.shuffle.partitions": "1"})
+spark = get_session(config, StorageConfig(**storage), s3=True, app_name="dashboards",
+                    extra={LISTENERS_KEY: LISTENER_CLASS}, extra_jars=[listener_jar(config)])
 files = []
 for scheme, where in queries:
     frame = spark.read.format("delta").load(table.replace("s3://", scheme + "://", 1)).where(where)

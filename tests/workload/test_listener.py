@@ -1,4 +1,4 @@
-"""The query listener (``lakecluster/jvm/WorkloadListener.java``) on real Spark queries of a real
+"""The query listener (``workload/jvm/WorkloadListener.java``) on real Spark queries of a real
 Delta table: what it records, read back by ``workload.capture``; files read against Spark's own
 ``numFiles``; many threads and a second application capturing at once; a table it cannot write to.
 
@@ -22,7 +22,7 @@ import pytest
 from lakecluster.config import WorkloadConfig
 from lakecluster.table import LakeTable
 from lakecluster.workload.capture import CapturedScan, read_capture
-from lakecluster.workload.listener import LISTENER_CLASS, listener_conf, listener_jar
+from lakecluster.workload.listener import JAVA_SOURCES, LISTENER_CLASS, listener_conf, listener_jar
 from lakecluster.workload.queries import Predicate
 from tests.conftest import subprocess_env
 from tests.spark_scans import files_scanned
@@ -256,7 +256,7 @@ def test_the_listeners_defaults_are_the_configurations() -> None:
 
     from lakecluster.workload.listener import LISTENER_KEYS
 
-    source = (Path(__file__).parents[2] / "lakecluster" / "jvm" / "WorkloadWriter.java").read_text()
+    source = (JAVA_SOURCES / "WorkloadWriter.java").read_text()
     java = {name: float(int(number) << int(shift or 0))  # "1000", "16L << 20"
             for name, number, shift in re.findall(r"static final (?:long|double) ([A-Z_]+) = (\d+)L?(?: << (\d+))?;",
                                                   source)}  # fmt: skip
