@@ -142,8 +142,8 @@ def _ivy_jar() -> str:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """Serialise resolutions of one cache between processes (a test suite starts several)."""
+def cache_lock(directory: Path) -> Iterator[None]:
+    """Serialise the processes that fill one cache folder (a test suite starts several)."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -187,7 +187,7 @@ def resolve(
     found = _cached(listing)
     if found is not None:
         return found
-    with _locked(cache_dir):
+    with cache_lock(cache_dir):
         found = _cached(listing)
         if found is not None:
             return found
@@ -249,7 +249,7 @@ def compiled_jar(name: str, sources_dir: Path, classpath: Sequence[Path], *, cac
     jar = cache_dir / f"{name}-{digest[:16]}.jar"
     if jar.is_file():
         return jar
-    with _locked(cache_dir):
+    with cache_lock(cache_dir):
         if jar.is_file():
             return jar
         import pyspark

@@ -17,6 +17,7 @@ from tests.services.alertmanager import Alertmanager, WebhookReceiver
 from tests.services.kafka import KafkaBroker
 from tests.services.process import TEST_JVM
 from tests.services.s3 import S3Server, unique_prefix
+from tests.services.schema_registry import SchemaRegistry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,6 +80,16 @@ def _isolate_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A real Apache Kafka broker (KRaft, one node) on 127.0.0.1; its data and logs in a pytest tmp dir."""
     server = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
+    """A real schema registry (Apicurio Registry, the Confluent-compatible API) on 127.0.0.1."""
+    server = SchemaRegistry(tmp_path_factory.mktemp("schema-registry"))
     try:
         yield server.start()
     finally:
