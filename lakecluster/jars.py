@@ -66,6 +66,8 @@ SPARK_PROVIDED = (
     "org.scala-lang:*",
     "org.scala-lang.modules:*",
     "org.apache.spark:spark-tags_2.13",
+    "org.apache.avro:*",  # spark-avro's Avro, and its xz
+    "org.tukaani:xz",
 )
 
 
@@ -109,11 +111,13 @@ def hadoop_version() -> str:
 
 
 def spark_coordinates(*, kafka: bool = True, s3: bool = False) -> list[Coordinate]:
-    """The packages a lakecluster SparkSession needs: Delta always, Kafka and S3 on demand."""
+    """The packages a lakecluster SparkSession needs: Delta always, Kafka (and spark-avro, which
+    decodes Avro records) and S3 on demand."""
     spark_minor = ".".join(spark_version().split(".")[:2])
     out = [Coordinate("io.delta", f"delta-spark_{spark_minor}_{SCALA}", delta_version())]
     if kafka:
         out.append(Coordinate("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA}", spark_version()))
+        out.append(Coordinate("org.apache.spark", f"spark-avro_{SCALA}", spark_version()))
     if s3:
         out.append(Coordinate("org.apache.hadoop", "hadoop-aws", hadoop_version()))
     return out
