@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakecluster.schema import ColumnSpec, spark_sql_type
+from lakecluster.stream.parse import ReasonCode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -65,7 +66,7 @@ class SchemaPlan:
     schema_id: int
     writer: Any
     reads: tuple[ColumnRead, ...] = ()
-    refusal: tuple[str, str] | None = None  # (reason code, reason)
+    refusal: tuple[ReasonCode, str] | None = None  # (reason code, reason)
 
     @property
     def reader(self) -> dict[str, Any]:
@@ -89,24 +90,27 @@ class SchemaPlan:
 def plan_schema(schema_id: int, writer: Any, columns: Sequence[ColumnSpec]) -> SchemaPlan:
     """How the table's ``columns`` are read from the writer schema ``writer`` (parsed JSON)."""
     if not isinstance(writer, dict) or writer.get("type") != "record":
-        return SchemaPlan(schema_id, writer, refusal=("type_mismatch", f"schema {schema_id} is not an Avro record"))
+        not_record = f"schema {schema_id} is not an Avro record"
+        return SchemaPlan(schema_id, writer, refusal=(ReasonCode.TYPE_MISMATCH, not_record))
     named = _named_types(writer, "", {})
     namespace = _namespace_of(writer, "")
     fields = {f["name"]: f["type"] for f in writer.get("fields", [])}
     if DECODED_FLAG in fields:
-        return SchemaPlan(schema_id, writer, refusal=("type_mismatch", f"schema {schema_id} has a field named "
+        return SchemaPlan(schema_id, writer, refusal=(ReasonCode.TYPE_MISMATCH, f"schema {schema_id} has a field named "
                                                                        f"{DECODED_FLAG}, which lakecluster reserves"))
     reads, problems = [], []
     for column in columns:
         if column.name not in fields:
             if column.required:
-                problems.append(("missing_required", f"schema {schema_id} lacks the required field {column.name}"))
+                lacks = f"schema {schema_id} lacks the required field {column.name}"
+                problems.append((ReasonCode.MISSING_REQUIRED, lacks))
             reads.append(ColumnRead(column, None))
             continue
         read = _column_read(column, _defined(_optional(fields[column.name]), named, namespace))
         if read is None:
-            problems.append(("type_mismatch", f"field {column.name}: the column is {column.type}, schema {schema_id} "
-                                              f"has {_describe(fields[column.name])}"))  # fmt: skip
+            mismatch = (f"field {column.name}: the column is {column.type}, schema {schema_id} has "
+                        f"{_describe(fields[column.name])}")  # fmt: skip
+            problems.append((ReasonCode.TYPE_MISMATCH, mismatch))
         else:
             reads.append(read)
     if problems:
@@ -262,24 +266,24 @@ def _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_recor
 
     schema_id = F.col(SCHEMA_ID)
     cases: list[tuple[Any, str, Any]] = [
-        (raw.isNull(), "null_value", F.lit("record has no value (null)")),
-        (F.length(raw) > max_record_bytes, "too_large",
+        (raw.isNull(), ReasonCode.NULL_VALUE, F.lit("record has no value (null)")),
+        (F.length(raw) > max_record_bytes, ReasonCode.TOO_LARGE,
          F.format_string(f"record is %d bytes, over the limit of {max_record_bytes}", F.length(raw))),
-        (schema_id.isNull(), "not_avro",
+        (schema_id.isNull(), ReasonCode.NOT_AVRO,
          F.lit("not in the Confluent Avro wire format (a zero byte and a 4-byte schema id first)")),
     ]  # fmt: skip
     for refused_id, plan in sorted(plans.items()):
         if plan.refusal is not None:
             cases.append((schema_id == F.lit(refused_id), plan.refusal[0], F.lit(plan.refusal[1])))
     known = [F.lit(i) for i in sorted(plans)]
-    cases.append((~schema_id.isin(*known) if known else F.lit(True), "unknown_schema_id",
+    cases.append((~schema_id.isin(*known) if known else F.lit(True), ReasonCode.UNKNOWN_SCHEMA_ID,
                   F.format_string("the schema registry has no schema with id %d", schema_id)))  # fmt: skip
-    cases.append((decoded_flag.isNull(), "avro_decode",
+    cases.append((decoded_flag.isNull(), ReasonCode.AVRO_DECODE,
                   F.format_string("the body does not decode with schema %d", schema_id)))  # fmt: skip
     for column in columns:
         if column.required:
             missing = F.lit(f"missing required field {column.name}")
-            cases.append((typed[column.name].isNull(), "missing_required", missing))
+            cases.append((typed[column.name].isNull(), ReasonCode.MISSING_REQUIRED, missing))
     for column in columns:
         checked = [(i, r) for i, p in decodable.items() for r in p.reads if r.column == column and r.checked_cast]
         if not checked:
@@ -289,17 +293,18 @@ def _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_recor
         for i, _ in checked:
             value = field(i, column.name)
             lost = lost | (value.isNotNull() & (typed[column.name].isNull() | (typed[column.name] != value)))
-        cases.append((lost, "out_of_range",
+        cases.append((lost, ReasonCode.OUT_OF_RANGE,
                       F.format_string(f"field {column.name}: expected {column.type}, got %s", original)))  # fmt: skip
     for column in columns:
         if column.type == "string":
             length = F.char_length(typed[column.name])
-            cases.append((length > max_string_chars, "string_too_long",
+            cases.append((length > max_string_chars, ReasonCode.STRING_TOO_LONG,
                           F.format_string(f"field {column.name}: string of %d characters, over the limit of "
                                           f"{max_string_chars}", length)))  # fmt: skip
         elif column.type in ("date", "timestamp"):
             year = F.year(typed[column.name])
-            cases.append(((year < 1) | (year > 9999), "invalid_date" if column.type == "date" else "invalid_timestamp",
+            out_of_years = ReasonCode.INVALID_DATE if column.type == "date" else ReasonCode.INVALID_TIMESTAMP
+            cases.append(((year < 1) | (year > 9999), out_of_years,
                           F.format_string(f"field {column.name}: %s is outside the years 1..9999",
                                           typed[column.name].cast("string"))))  # fmt: skip
     code, reason = F.lit(None).cast("string"), F.lit(None).cast("string")

@@ -67,6 +67,9 @@ class ReasonCode(StrEnum):
     INVALID_TIMESTAMP = "invalid_timestamp"
     STRING_TOO_LONG = "string_too_long"
     PARSER_ERROR = "parser_error"
+    NOT_AVRO = "not_avro"
+    UNKNOWN_SCHEMA_ID = "unknown_schema_id"
+    AVRO_DECODE = "avro_decode"
 
 
 REASON_CODES: tuple[str, ...] = tuple(code.value for code in ReasonCode)
