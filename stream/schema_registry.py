@@ -45,7 +45,8 @@ class UnknownSchemaIdError(SourceError):
 
 class SchemaRegistryRefusedError(SourceError):
     """The registry answered a request with an error that retrying will not change (a 4xx other
-    than "not found": bad credentials, an incompatible schema)."""
+    than "not found": bad credentials, an incompatible schema), or its certificate is not one the
+    configured trust store accepts."""
 
 
 @dataclass(frozen=True)
@@ -197,8 +198,11 @@ class SchemaRegistryClient:
                     failures.append(f"{url}: HTTP {error.code} {detail}")
                     continue
                 raise SchemaRegistryRefusedError(f"{url}{path}: HTTP {error.code} {detail}") from None
-            except (OSError, ValueError) as error:  # refused, reset, timed out, TLS, a body that is not JSON
-                failures.append(f"{url}: {getattr(error, 'reason', None) or error}")
+            except (OSError, ValueError) as error:  # refused, reset, timed out, a body that is not JSON
+                reason = getattr(error, "reason", None) or error
+                if isinstance(reason, ssl.SSLCertVerificationError):  # a wrong trust store stays wrong
+                    raise SchemaRegistryRefusedError(f"{url}: {reason}") from None
+                failures.append(f"{url}: {reason}")
                 continue
             self._preferred = self.urls.index(url)
             return answer

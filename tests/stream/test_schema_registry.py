@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import http.server
+import ssl
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
 import pytest
 
 from lakecluster.stream.schema_registry import (
     SchemaRegistryClient,
+    SchemaRegistryRefusedError,
     SchemaRegistryUnavailableError,
     UnknownSchemaIdError,
     record_full_name,
@@ -60,3 +70,62 @@ def test_a_registry_url_that_does_not_answer_is_passed_over(schema_registry: Sch
     assert client.urls[client._preferred] == schema_registry.url  # the one that answered is asked first
     with pytest.raises(SchemaRegistryUnavailableError, match=dead.removeprefix("http://")):
         SchemaRegistryClient([dead], timeout_s=2).schema(schema_id)
+
+
+class _Front(http.server.BaseHTTPRequestHandler):
+    """An HTTPS front with basic authentication, forwarding to the registry behind it (as a
+    deployment's reverse proxy does: Apicurio 2.x itself authenticates through Keycloak only)."""
+
+    behind = ""
+    credentials = ""
+
+    def _forward(self) -> None:
+        if self.headers.get("Authorization") != "Basic " + base64.b64encode(self.credentials.encode()).decode():
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b'{"error_code": 401, "message": "Unauthorized"}')
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        headers = {"Content-Type": self.headers["Content-Type"]} if body else {}
+        request = urllib.request.Request(self.behind + self.path, data=body, method=self.command, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                status, payload = answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            status, payload = error.code, error.read()
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _forward
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.integration
+def test_basic_auth_and_tls_reach_the_registry_and_a_wrong_secret_is_no_outage(
+    schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    handler = type("Front", (_Front,), {"behind": schema_registry.url, "credentials": "ingest:s3cret"})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    front = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        schema_id = schema_registry.register("reg-auth-value", ORDER_V1)
+        client = SchemaRegistryClient([front], user="ingest", password="s3cret", ca_file=str(cert))
+        assert client.schema(schema_id).parsed == ORDER_V1
+        with pytest.raises(SchemaRegistryRefusedError, match="HTTP 401"):
+            SchemaRegistryClient([front], user="ingest", password="wrong", ca_file=str(cert)).schema(schema_id)
+        with pytest.raises(SchemaRegistryRefusedError, match="CERTIFICATE_VERIFY_FAILED"):
+            SchemaRegistryClient([front], user="ingest", password="s3cret").schema(schema_id)
+    finally:
+        server.shutdown()
+        server.server_close()
