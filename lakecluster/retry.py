@@ -30,7 +30,7 @@ _FATAL = re.compile(
         r"NOT_NULL_CONSTRAINT", r"DELTA_VIOLATE_CONSTRAINT", r"Some data may have been lost", r"failOnDataLoss",
         r"DataLossError",
         r"TopicAuthorizationException", r"SaslAuthenticationException", r"AuthenticationException",
-        r"UNSUPPORTED_", r"ClassNotFoundException", r"NoClassDefFoundError"
+        r"UNSUPPORTED_", r"ClassNotFoundException", r"NoClassDefFoundError", r"SchemaRegistryRefusedError",
     ])
 )  # fmt: skip
 _TRANSIENT = re.compile(
@@ -43,6 +43,7 @@ _TRANSIENT = re.compile(
         r"ProtocolChangedException", r"MetadataChangedException", r"ConcurrentModificationException",
         r"FileAlreadyExistsException", r"SdkClientException", r"SlowDown", r"503 ", r"ServiceUnavailable",
         r"TableNotWritableError", r"TableError", r"Python worker failed to connect back",
+        r"SchemaRegistryUnavailableError",
     ])
 )  # fmt: skip
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakecluster.schema import ColumnSpec, spark_sql_type
+from lakecluster.stream.batch_task import DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID
 from lakecluster.stream.parse import ReasonCode
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ def _column_read(column: ColumnSpec, writer: Any | None) -> ColumnRead | None:
     return None
 
 
-CODE, REASON, SCHEMA_ID = "_lc_avro_code", "_lc_avro_reason", "_lc_schema_id"
+CODE, REASON, SCHEMA_ID = DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID
 
 
 def decode(

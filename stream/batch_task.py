@@ -25,12 +25,14 @@ import pyarrow.compute as pc
 
 from lakecluster.clustering import ClusteringLayout
 from lakecluster.parquet_files import WrittenFile
-from lakecluster.schema import ColumnSpec, arrow_schema, spark_sql_type
+from lakecluster.schema import ColumnSpec, arrow_schema, arrow_type, spark_sql_type
 from lakecluster.sketches import ColumnSketch, sketch_kind
 from lakecluster.stream.parse import ParseLimits, RecordParser
 from lakecluster.stream.task_files import BufferedFiles, TaskFiles
 
 KIND, KEY, CODE, REASON, SUMMARY = "_lc_kind", "_lc_key", "_lc_code", "_lc_reason", "_lc_summary"
+# Columns a JVM decoder (stream/avro.py) adds beside the raw record.
+DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID = "_lc_avro_code", "_lc_avro_reason", "_lc_schema_id"
 ROW, QUARANTINE, SUMMARY_ROW, TABLE_FILE, QUARANTINE_FILE = 0, 1, 2, 3, 4
 # One row per file a task wrote (``TaskSpec.files``), and the summary row.
 FILE_SCHEMA = pa.schema([
@@ -76,6 +78,9 @@ class TaskSpec:
     # stream (docs/exactly-once.md): they are not quarantined twice.
     quarantine_floor: dict[tuple[str, int], int] = field(default_factory=dict)
     files: TaskFiles | None = None  # the task writes the batch's files itself
+    # Kafka records decoded in the JVM (Avro, stream/avro.py): their typed columns, reason code and
+    # reason ride beside the raw record; nothing is parsed here.
+    decoded: bool = False
 
 
 PHASES = ("read", "parse", "write")  # a task's phases, as TaskSummary.phase_ns counts them
@@ -91,6 +96,8 @@ class TaskSummary:
     value_bytes: int = 0
     # Kafka record timestamps in whole seconds -> records (end-to-end delay at commit time).
     timestamp_seconds: Counter[int] = field(default_factory=Counter)
+    # Records per writer schema id (Avro), quarantined ones included.
+    schema_ids: Counter[int] = field(default_factory=Counter)
     sketches: dict[str, bytes] = field(default_factory=dict)
     # Nanoseconds the task spent per phase: "read" (waiting for the source's next Arrow batch),
     # "parse" (parsing, keying, sketching), "write" (writing the table's and quarantine's files).
@@ -102,6 +109,7 @@ class TaskSummary:
         self.codes.update(other.codes)
         self.value_bytes += other.value_bytes
         self.timestamp_seconds.update(other.timestamp_seconds)
+        self.schema_ids.update(other.schema_ids)
         self.phase_ns.update(other.phase_ns)
 
     def phases_ms(self) -> dict[str, int]:
@@ -228,21 +236,28 @@ def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, s
            summary: TaskSummary) -> pa.Table:  # fmt: skip
     n = batch.num_rows
     source = pa.Table.from_batches([batch])
-    if parser is None:  # typed rows (the generator): every row is valid
+    if parser is None and not spec.decoded:  # typed rows (the generator): every row is valid
         typed = source.select([c.name for c in spec.columns])
         codes = pa.nulls(n, pa.string())
         reasons = codes
     else:
         values = source["value"].combine_chunks()
         summary.value_bytes += int(pc.sum(pc.binary_length(values)).as_py() or 0)
-        parsed = parser.parse(values)
-        typed, codes, reasons = parsed.table, parsed.codes, parsed.reasons
+        if parser is not None:
+            parsed = parser.parse(values)
+            typed, codes, reasons = parsed.table, parsed.codes, parsed.reasons
+        else:
+            columns = [source[c.name].cast(arrow_type(c)) for c in spec.columns]
+            typed = pa.table(columns, schema=arrow_schema(spec.columns))
+            codes, reasons = source[DECODED_CODE].combine_chunks(), source[DECODED_REASON].combine_chunks()
+            ids = pc.value_counts(source[DECODED_SCHEMA_ID].combine_chunks().drop_null()).to_pylist()
+            summary.schema_ids.update({d["values"]: d["counts"] for d in ids})
         ts = source["timestamp"].combine_chunks().cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
         seconds = np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False)) // 1_000_000
         summary.timestamp_seconds.update(dict(zip(*np.unique(seconds, return_counts=True), strict=True)))
     is_bad = pc.is_valid(codes).to_numpy(zero_copy_only=False)
     kind = np.where(is_bad, QUARANTINE, ROW).astype(np.int8)
-    if spec.quarantine_floor and parser is not None and is_bad.any():
+    if spec.quarantine_floor and (parser is not None or spec.decoded) and is_bad.any():
         kind = np.where(is_bad & _below_floor(source, spec.quarantine_floor), -1, kind).astype(np.int8)
     good = kind == ROW
     summary.rows += int(good.sum())

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class KafkaSource:
-    """``[source.kafka]``: topics (or a pattern) of one Kafka cluster, as JSON records."""
+    """``[source.kafka]``: topics (or a pattern) of one Kafka cluster, as JSON or Avro records."""
 
     kind = "kafka"
     quarantines = True

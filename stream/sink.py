@@ -30,12 +30,14 @@ from pyspark.sql import functions as F
 
 from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.clustering import ClusteringLayout
+from lakecluster.config import Config
 from lakecluster.faults import crash_point
 from lakecluster.schema import ColumnSpec
-from lakecluster.sketches import ColumnSketch, sketch_kind
+from lakecluster.sketches import BoundarySketches, ColumnSketch, sketch_kind
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.stream import resume
 from lakecluster.stream.append import AppendBlocked, AppendTarget, commit_append
+from lakecluster.stream.avro_records import AvroRecords, NewSchemasMet
 from lakecluster.stream.batch_task import (
     CODE,
     KEY,
@@ -93,6 +95,7 @@ class _Done:
 _Result = tuple[TaskSummary, dict[str, ColumnSketch], int, int]  # totals, sketches, files, bytes
 
 
+
 class StreamSink:
     """Called by Spark for every micro-batch (``foreachBatch``)."""
 
@@ -127,6 +130,9 @@ class StreamSink:
         self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
+        self.avro = AvroRecords.of(config, self.limits)  # records in Avro: decoded in the JVM
+        if self.avro is not None:
+            self.avro.prefetch(config.source.kafka.topics, config.source.kafka.schema_registry.subject_strategy)
         self.table_log = TableLog(table.delta, start.stream_id)
         self.quarantine_log: TableLog | None = None
         self._targets: tuple[AppendTarget, AppendTarget] | None = None
@@ -171,15 +177,12 @@ class StreamSink:
         )  # fmt: skip
         done = _Done(table_done, quarantine_done)
         result = None
-        if self._writes_in_tasks():
+        while result is None:
             try:
-                result = self._one_pass(batch_df, batch_id, txn, done, sketch_done, meta_of)
-            except AppendBlocked as e:
-                log.warning("batch %d: %s; writing it with Delta's writer", batch_id, e)
-                self._blocked = str(e)
-                done = _Done(*self._committed(txn))  # the quarantine may have been committed meanwhile
-        if result is None:
-            result = self._two_passes(batch_df, batch_id, txn, done, sketch_done, meta_of)
+                result = self._pass(batch_df, batch_id, txn, done, sketch_done, meta_of)
+            except NewSchemasMet as e:
+                log.info("batch %d: schema id(s) %s met for the first time; decoding the batch again", batch_id,
+                         ", ".join(map(str, e.schema_ids)))  # fmt: skip
         total, merged, files, written = result
         if not sketch_done:
             # A file another process wrote since this batch began (the compactor's rebuild after a
@@ -200,6 +203,19 @@ class StreamSink:
             offsets=offsets, codes=dict(total.codes), value_bytes=total.value_bytes,
             timestamp_seconds=dict(total.timestamp_seconds), committed_at=time.time(), sketches_at=sketches_at,
         ))  # fmt: skip
+
+    def _pass(self, batch_df: DataFrame, batch_id: int, txn: int, done: _Done, sketch_done: bool,
+              meta_of: Callable[..., dict]) -> _Result:  # fmt: skip
+        """The batch read, written and committed: by its tasks when they may write, else by Delta's writer."""
+        records = batch_df if self.avro is None else self.avro.decode(batch_df)
+        if self._writes_in_tasks():
+            try:
+                return self._one_pass(records, batch_id, txn, done, sketch_done, meta_of)
+            except AppendBlocked as e:
+                log.warning("batch %d: %s; writing it with Delta's writer", batch_id, e)
+                self._blocked = str(e)
+                done = _Done(*self._committed(txn))  # the quarantine may have been committed meanwhile
+        return self._two_passes(records, batch_id, txn, done, sketch_done, meta_of)
 
     def _adopt_newer_sketches(self) -> None:
         """Read the stream's sketch file again when another process wrote a newer one: the compactor
@@ -243,9 +259,10 @@ class StreamSink:
             sketch_k=self.config.sketches.k,
             sketch_max_string_chars=self.config.sketches.max_string_chars,
             build_sketches=not sketch_done,
-            parse_json=self.source.quarantines,
+            parse_json=self.source.quarantines and self.avro is None,
+            decoded=self.avro is not None,
             limits=self.limits,
-            layout=self._write_layout(),
+            layout=write_layout(self.config, self.sketches, self.configured_columns),
             quarantine_floor=self.start.quarantine_floor,
             files=files,
         )
@@ -291,6 +308,8 @@ class StreamSink:
         rows = out.collect()  # one row per written file, one per task: small
         job_ms = int((time.monotonic() - job_started) * 1000)
         total, merged = summaries([r[SUMMARY] for r in rows if r[KIND] == SUMMARY_ROW])
+        if self.avro is not None:  # new schema ids: the batch is decoded again, these files never committed
+            self.avro.check(total.schema_ids)
         table_files, quarantine_files = written_files([r for r in rows if r[KIND] != SUMMARY_ROW])
         crash_point(f"before_commit:{batch_id}")
         # The commit's own duration ends at the timestamp Delta gives it (status reads both).
@@ -322,6 +341,8 @@ class StreamSink:
             total, merged = summaries([r[SUMMARY] for r in parsed.where(F.col(KIND) == SUMMARY_ROW)
                                        .select(SUMMARY).collect()])  # fmt: skip
             job_ms = int((time.monotonic() - job_started) * 1000)
+            if self.avro is not None:
+                self.avro.check(total.schema_ids)
             crash_point(f"before_commit:{batch_id}")
             # Delta's writer writes and commits in one call after this: neither is timed apart.
             meta = user_metadata(**meta_of(rows=total.rows, quarantined=total.quarantined,
@@ -372,17 +393,19 @@ class StreamSink:
         except Exception:
             log.warning("column-stats index sync after batch failed; the next sync catches up", exc_info=True)
 
-    def _write_layout(self) -> ClusteringLayout | None:
-        """The current boundaries as a sort order for this batch (``stream.cluster_on_write``)."""
-        if not self.config.stream.cluster_on_write or any(s.n == 0 for s in self.sketches.sketches.values()):
-            return None
-        return ClusteringLayout.build(self.sketches, [c.name for c in self.configured_columns],
-                                      curve=self.config.compaction.curve, target_cells=1,
-                                      k=self.config.sketches.boundaries)  # fmt: skip
-
     def _report(self, report: BatchReport) -> None:
         if self.on_batch is not None:
             self.on_batch(report)
+
+
+def write_layout(
+    config: Config, sketches: BoundarySketches, columns: tuple[ColumnSpec, ...]
+) -> ClusteringLayout | None:
+    """The current boundaries as a sort order for a batch (``stream.cluster_on_write``)."""
+    if not config.stream.cluster_on_write or any(s.n == 0 for s in sketches.sketches.values()):
+        return None
+    return ClusteringLayout.build(sketches, [c.name for c in columns], curve=config.compaction.curve, target_cells=1,
+                                  k=config.sketches.boundaries)  # fmt: skip
 
 
 def empty_headers_not_null(frame: DataFrame) -> DataFrame:

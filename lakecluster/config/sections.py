@@ -40,6 +40,24 @@ DEFAULT_COLUMNS: tuple[ColumnSpec, ...] = (
 
 
 @dataclass(frozen=True)
+class SchemaRegistryConfig:
+    """A Confluent-compatible schema registry: where records in Avro find their writer schemas."""
+
+    url: str = ""  # comma-separated API roots, tried in turn
+    basic_auth_user: str | None = None
+    basic_auth_password: str | None = None
+    ca_file: str | None = None  # PEM certificates trusted instead of the system's
+    cert_file: str | None = None  # a client certificate (PEM) for mutual TLS ...
+    key_file: str | None = None  # ... and its key
+    subject_strategy: Literal["topic_name", "record_name", "topic_record_name"] = "topic_name"
+    timeout_s: float = 10.0
+
+    @property
+    def urls(self) -> list[str]:
+        return [u.strip() for u in self.url.split(",") if u.strip()]
+
+
+@dataclass(frozen=True)
 class KafkaSourceConfig:
     """Spark's Kafka source (spark-sql-kafka-0-10) and the kafka-python admin client beside it."""
 
@@ -56,6 +74,9 @@ class KafkaSourceConfig:
     # kafka.<name>; the admin client (start-up checks, lag) gets the subset kafka-python knows.
     options: Mapping[str, str] = field(default_factory=dict)
     connect_timeout_s: float = 30.0
+    # What a record's value holds: a JSON object, or Avro in the Confluent wire format.
+    format: Literal["json", "avro"] = "json"
+    schema_registry: SchemaRegistryConfig = field(default_factory=SchemaRegistryConfig)
 
     def identity(self) -> dict[str, object]:
         """What makes two streams from Kafka the same stream: the cluster and the topics."""

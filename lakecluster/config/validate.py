@@ -4,6 +4,7 @@ between keys names the other keys too (``related``) and shows every value it com
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from lakecluster.config.sections import (
@@ -13,6 +14,7 @@ from lakecluster.config.sections import (
     GeneratorSourceConfig,
     IndexConfig,
     KafkaSourceConfig,
+    SchemaRegistryConfig,
     TableConfig,
     WorkloadConfig,
 )
@@ -104,6 +106,9 @@ def validate(config: Config) -> None:
         raise ConfigError("metrics.host", "must not be empty (127.0.0.1 serves this machine only)")
 
     section = config.source.selected
+    if config.source.kafka.format == "avro" and not isinstance(section, KafkaSourceConfig):
+        raise ConfigError("source.kafka.format", f"avro needs source.kind = \"kafka\" (the {config.source.kind} "
+                          "source yields typed rows, not records)", related=("source.kind",))  # fmt: skip
     if isinstance(section, KafkaSourceConfig):
         _validate_kafka(section)
     else:
@@ -260,6 +265,29 @@ def _validate_kafka(kc: KafkaSourceConfig) -> None:
         if "_" in name and "." not in name:  # kafka-python's spelling (security_protocol): Spark would ignore it
             raise ConfigError(f"source.kafka.options.{name}", "give Kafka client properties under their Java names, "
                                                               f"with dots: {name.replace('_', '.')!r}")  # fmt: skip
+    if kc.format == "avro":
+        _validate_schema_registry(kc.schema_registry)
+
+
+def _validate_schema_registry(sr: SchemaRegistryConfig) -> None:
+    key = "source.kafka.schema_registry"
+    if not sr.urls:
+        raise ConfigError(f"{key}.url", "set the schema registry's URL: Avro records name their writer schema by id",
+                          related=("source.kafka.format",))  # fmt: skip
+    for url in sr.urls:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{key}.url", f"expected http:// or https:// URLs, got {url!r}")
+    if (sr.basic_auth_user is None) != (sr.basic_auth_password is None):
+        raise ConfigError(f"{key}.basic_auth_password", "set both basic_auth_user and basic_auth_password, or neither",
+                          related=(f"{key}.basic_auth_user",))  # fmt: skip
+    if sr.key_file is not None and sr.cert_file is None:
+        raise ConfigError(f"{key}.key_file", "a client key needs its certificate (cert_file)",
+                          related=(f"{key}.cert_file",))  # fmt: skip
+    for name in ("ca_file", "cert_file", "key_file"):
+        path = getattr(sr, name)
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(f"{key}.{name}", f"no such file: {path}")
+    _positive(f"{key}.timeout_s", sr.timeout_s)
 
 
 def parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:

@@ -1,0 +1,112 @@
+"""The writer schemas a stream of Avro records has met, the plans that read them, and the registry
+they come from.
+
+A micro-batch is decoded in one pass with the plans of the schema ids met so far
+(:meth:`AvroRecords.decode`). Its tasks count the records of every schema id; an id the stream
+had not met (a producer's new schema version) is then asked of the registry
+(:meth:`AvroRecords.learn`). When the registry knows it, the pass read those records as of an
+unknown id, so the batch is decoded again with the new plan before anything is committed: a
+second pass only in the batch where a schema version first shows up. When the registry answers
+that it has no such id, the records stay quarantined (``unknown_schema_id``); when it does not
+answer, the batch fails and the stream retries it (a transient fault), quarantining nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from lakecluster.config import Config
+from lakecluster.schema import ColumnSpec
+from lakecluster.stream.avro import SchemaPlan, decode, plan_schema
+from lakecluster.stream.parse import ParseLimits
+from lakecluster.stream.schema_registry import (
+    SchemaRegistryClient,
+    SchemaRegistryUnavailableError,
+    UnknownSchemaIdError,
+    subject_name,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+
+class NewSchemasMet(Exception):
+    """A pass met schema ids the registry has just told: the batch is decoded again."""
+
+    def __init__(self, schema_ids: list[int]) -> None:
+        super().__init__(schema_ids)
+        self.schema_ids = schema_ids
+
+
+class AvroRecords:
+    """Plans by schema id for the table's ``columns``, learned from ``client``."""
+
+    def __init__(self, client: SchemaRegistryClient, columns: Sequence[ColumnSpec], limits: ParseLimits) -> None:
+        self.client = client
+        self.columns = tuple(columns)
+        self.limits = limits
+        self.plans: dict[int, SchemaPlan] = {}
+        self.unknown: set[int] = set()  # ids the registry said it does not have (an id is never reused)
+
+    @classmethod
+    def of(cls, config: Config, limits: ParseLimits) -> AvroRecords | None:
+        """The stream's Avro records, or None when its records are JSON or typed rows."""
+        kafka = config.source.kafka
+        if config.source.kind != "kafka" or kafka.format != "avro":
+            return None
+        sr = kafka.schema_registry
+        client = SchemaRegistryClient(sr.urls, user=sr.basic_auth_user, password=sr.basic_auth_password,
+                                      ca_file=sr.ca_file, cert_file=sr.cert_file, key_file=sr.key_file,
+                                      timeout_s=sr.timeout_s)  # fmt: skip
+        return cls(client, config.table.columns, limits)
+
+    def prefetch(self, topics: Iterable[str], strategy: str) -> None:
+        """Plans for the newest schema of each topic's subject (``topic_name`` strategy), so that the
+        first batch needs no second pass; a registry out of reach now is left to the first batch."""
+        if strategy != "topic_name":
+            return
+        for topic in topics:
+            try:
+                latest = self.client.latest(subject_name("topic_name", topic))
+            except SchemaRegistryUnavailableError as error:
+                log.warning("schema registry: %s; the first batch asks again", error)
+                return
+            if latest is not None:
+                _, schema_id, schema = latest
+                self._plan(schema_id, schema.parsed)
+
+    def decode(self, frame: DataFrame) -> DataFrame:
+        return decode(frame, "value", self.plans, self.columns, max_record_bytes=self.limits.max_record_bytes,
+                      max_string_chars=self.limits.max_string_chars)  # fmt: skip
+
+    def learn(self, schema_ids: Iterable[int]) -> list[int]:
+        """Asks the registry for the ids not met before; returns those it knows (the batch must be
+        decoded again). Raises :class:`SchemaRegistryUnavailableError` when it does not answer."""
+        learned = []
+        for schema_id in sorted(set(schema_ids) - set(self.plans) - self.unknown):
+            try:
+                schema = self.client.schema(schema_id)
+            except UnknownSchemaIdError:
+                self.unknown.add(schema_id)
+                continue
+            self._plan(schema_id, schema.parsed)
+            learned.append(schema_id)
+        return learned
+
+    def check(self, schema_ids: Iterable[int]) -> None:
+        """Raises :class:`NewSchemasMet` when :meth:`learn` learns any of ``schema_ids`` (a pass
+        read their records as of unknown ids: nothing of it may be committed)."""
+        learned = self.learn(schema_ids)
+        if learned:
+            raise NewSchemasMet(learned)
+
+    def _plan(self, schema_id: int, writer: object) -> None:
+        plan = plan_schema(schema_id, writer, self.columns)
+        if plan.refusal is not None:
+            log.warning("schema %d cannot be read into the table, its records go to quarantine: %s", schema_id,
+                        plan.refusal[1])  # fmt: skip
+        self.plans[schema_id] = plan

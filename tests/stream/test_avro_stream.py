@@ -1,0 +1,112 @@
+"""Kafka records in Avro (the Confluent wire format) through a real broker and a real schema
+registry into the table: records of three schema versions interleaved in one micro-batch, a
+version the stream meets for the first time mid-batch, and every malformed record quarantined with
+its reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+import struct
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+from lakecluster.config import load_config
+from lakecluster.stream.job import StreamJob
+from lakecluster.table import LakeTable
+from tests.conftest import read_delta
+from tests.services.kafka import KafkaBroker as Broker
+from tests.services.kafka import Message
+from tests.services.schema_registry import SchemaRegistry
+from tests.stream import kafka_records as kr
+
+pytestmark = pytest.mark.integration
+
+DATE = {"type": "int", "logicalType": "date"}
+V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "int"}, {"name": "city", "type": "string"}, {"name": "day", "type": DATE}]}  # fmt: skip
+V2 = {**V1, "fields": [*V1["fields"], {"name": "qty", "type": ["null", "int"], "default": None}]}
+V3 = {**V2, "fields": [*V2["fields"], {"name": "amount", "default": None, "type": [
+    "null", {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}]}]}  # fmt: skip
+
+
+def wire(schema: dict[str, Any], schema_id: int, value: dict[str, Any]) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), value)
+    return b"\0" + struct.pack(">I", schema_id) + body.getvalue()
+
+
+def test_three_schema_versions_interleaved_land_and_bad_records_are_quarantined(  # type: ignore[no-untyped-def]
+    spark, broker: Broker, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    topic = f"avro_{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 2)
+    ids = [schema_registry.register(f"{topic}-value", s) for s in (V1, V2, V3)]
+    day = dt.date(2026, 5, 1)
+    records, expected = [], {}
+    for i in range(60):
+        version = i % 3
+        value: dict[str, Any] = {"id": i, "city": f"CITY{i % 7}", "day": day}
+        if version >= 1:
+            value["qty"] = i
+        if version == 2:
+            value["amount"] = decimal.Decimal(f"{i}.25")
+        records.append(Message(wire((V1, V2, V3)[version], ids[version], value), partition=i % 2))
+        expected[i] = (f"CITY{i % 7}", value.get("qty"), value.get("amount"))
+    bad = {
+        b'{"id": 1000}': "not_avro",
+        wire(V1, 987_654, {"id": 1001, "city": "X", "day": day}): "unknown_schema_id",
+        b"\0" + struct.pack(">I", ids[1]) + b"\x02": "avro_decode",
+    }
+    records[10:10] = [Message(value, partition=0) for value in bad]
+    broker.produce(topic, records)
+    table = tmp_path / "orders"
+    extra = f'format = "avro"\n[source.kafka.schema_registry]\nurl = "{schema_registry.url}"\n'
+    config = load_config(kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table,
+                                         max_offsets=1000, kafka_extra=extra))  # fmt: skip
+
+    StreamJob(config, spark=spark, available_now=True).run()
+
+    rows = read_delta(table).to_pylist()
+    assert {r["id"]: (r["city"], r["qty"], r["amount"]) for r in rows} == expected
+    assert all(r["day"] == day for r in rows) and len(rows) == len(expected)
+    quarantine = read_delta(LakeTable(config).quarantine.uri).to_pylist()
+    assert {q["raw_value"]: q["reason_code"] for q in quarantine} == bad
+    assert all(q["topic"] == topic and q["reason"] for q in quarantine)
+
+
+def test_a_registry_out_of_reach_is_ridden_out_and_quarantines_nothing(  # type: ignore[no-untyped-def]
+    spark, broker: Broker, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    from lakecluster.errors import FatalServiceError
+    from tests.services.ports import free_port
+
+    topic = f"avro_{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 1)
+    schema_id = schema_registry.register(f"{topic}-value", V1)
+    day = dt.date(2026, 5, 2)
+    broker.produce(topic, [Message(wire(V1, schema_id, {"id": i, "city": "LYON", "day": day})) for i in range(20)])
+    table = tmp_path / "orders"
+
+    def config(url: str):  # type: ignore[no-untyped-def]
+        extra = f'format = "avro"\n[source.kafka.schema_registry]\nurl = "{url}"\ntimeout_s = 1.0\n'
+        path = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table,
+                               kafka_extra=extra)  # fmt: skip
+        return load_config(path, overrides={"retry.initial_backoff_s": "0.2", "retry.max_backoff_s": "0.5",
+                                            "retry.give_up_after_s": "3"}, environ={})  # fmt: skip
+
+    down = config(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(FatalServiceError, match=r"transient fault.*no schema registry answered"):
+        StreamJob(down, spark=spark, available_now=True).run()
+    lake = LakeTable(down)
+    assert not lake.delta.exists() or read_delta(table).num_rows == 0
+    assert not lake.quarantine.exists() or read_delta(lake.quarantine.uri).num_rows == 0, "nothing quarantined"
+
+    StreamJob(config(schema_registry.url), spark=spark, available_now=True).run()
+    assert sorted(read_delta(table).column("id").to_pylist()) == list(range(20))
+    assert not lake.quarantine.exists() or read_delta(lake.quarantine.uri).num_rows == 0
