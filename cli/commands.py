@@ -466,7 +466,8 @@ def workload(ctx: Context) -> int:
 
 
 def produce(ctx: Context) -> int:
-    """``lakecluster produce``: generator records as JSON into ``source.kafka.topics[0]`` until stopped."""
+    """``lakecluster produce``: generator records as JSON or Avro into ``source.kafka.topics[0]``
+    until stopped."""
     import signal
     import threading
 
@@ -477,6 +478,10 @@ def produce(ctx: Context) -> int:
     if not isinstance(source, KafkaSource) or not source.settings.topics:
         raise ConfigError("source.kind", "produce needs source.kind = \"kafka\" and source.kafka.topics "
                           "(the topic to fill)")  # fmt: skip
+    avro = (args.format or config.source.kafka.format) == "avro"
+    if avro and not config.source.kafka.schema_registry.urls:
+        raise ConfigError("source.kafka.schema_registry.url", "produce --format avro registers its schema there: "
+                          "set the schema registry's URL")  # fmt: skip
     source.check()  # an unreachable broker or a missing topic: one line, now
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -484,6 +489,7 @@ def produce(ctx: Context) -> int:
     topic = config.source.kafka.topics[0]
     print(f"lakecluster produce: {args.rate:,} records/s -> {config.source.kafka.bootstrap_servers} {topic} "
           "(Ctrl-C stops)", flush=True)  # fmt: skip
-    sent = send(config, rate=args.rate, records=args.records, malformed_every=args.malformed_every, stop=stop)
+    sent = send(config, rate=args.rate, records=args.records, malformed_every=args.malformed_every, stop=stop,
+                avro=avro)  # fmt: skip
     emit({"records": sent, "topic": topic}, f"lakecluster produce: {sent:,} records sent to {topic}", args.output)
     return 0

@@ -174,7 +174,11 @@ def parser() -> argparse.ArgumentParser:
                     help="first delete capture files older than workload.retention_days or beyond workload.max_bytes "
                     "(the compactor does it on its vacuum schedule)")  # fmt: skip
 
-    pr = sub.add_parser("produce", help="send the built-in generator's records as JSON to the Kafka topic (demos)")
+    pr = sub.add_parser("produce", help="send the built-in generator's records as JSON or Avro to the Kafka topic "
+                                        "(demos)")  # fmt: skip
+    pr.add_argument("--format", choices=["json", "avro"], default=None,
+                    help="json, or avro in the Confluent wire format with its schema registered in "
+                         "[source.kafka.schema_registry] (default: source.kafka.format)")  # fmt: skip
     pr.add_argument("--rate", type=_positive_int, default=1000, help="records per second (default 1000)")
     pr.add_argument("--records", type=_int_in(0, 2**62), default=0,
                     help="stop after this many (default 0: until stopped)")  # fmt: skip

@@ -146,6 +146,16 @@ def test_produce_without_a_kafka_source_names_the_key(tmp_path: Path) -> None:
     assert "source.kind" in proc.stderr and "kafka" in proc.stderr
 
 
+def test_produce_in_avro_without_a_schema_registry_and_avro_from_the_generator_name_the_key(tmp_path: Path) -> None:
+    kafka = ["--set", "source.kind=kafka", "--set", 'source.kafka.topics=["t"]']
+    proc = run_cli(*kafka, "produce", "--format", "avro", "--records", "1", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "source.kafka.schema_registry.url" in proc.stderr and "Traceback" not in proc.stderr
+    configured = run_cli("--set", "source.kafka.format=avro", "status", cwd=tmp_path)
+    assert configured.returncode == 2 and configured.stderr.count("\n") == 1, configured.stderr
+    assert "source.kafka.format" in configured.stderr and 'source.kind = "kafka"' in configured.stderr
+
+
 def test_tune_refuses_to_replace_its_page_unless_forced_before_any_work(ssb_table: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()

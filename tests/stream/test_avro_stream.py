@@ -110,3 +110,38 @@ def test_a_registry_out_of_reach_is_ridden_out_and_quarantines_nothing(  # type:
     StreamJob(config(schema_registry.url), spark=spark, available_now=True).run()
     assert sorted(read_delta(table).column("id").to_pylist()) == list(range(20))
     assert not lake.quarantine.exists() or read_delta(lake.quarantine.uri).num_rows == 0
+
+
+def test_produce_format_avro_registers_its_schema_and_the_stream_reads_the_generators_rows(  # type: ignore[no-untyped-def]
+    spark, broker: Broker, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    """``lakecluster produce --format avro``: the generator's records in the wire format, its schema
+    registered under the topic's subject; streamed back, the table holds exactly the generator's rows."""
+    import subprocess
+
+    from lakecluster.stream.generator import GeneratorSettings, generate
+    from tests.conftest import lakecluster_cmd, subprocess_env
+
+    topic = f"avro_{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 2)
+    settings = {"source.kind": "kafka", "source.kafka.bootstrap_servers": broker.bootstrap,
+                "source.kafka.topics": f'["{topic}"]', "source.kafka.schema_registry.url": schema_registry.url,
+                "table.path": str(tmp_path / "lineorder"), "table.partition_by": "[]"}  # fmt: skip
+    args = [f"--set={k}={v}" for k, v in settings.items()]
+    sent = subprocess.run(lakecluster_cmd(*args, "--json", "produce", "--format", "avro", "--records", "400",
+                                          "--rate", "100000", "--malformed-every", "97"),
+                          capture_output=True, text=True, env=subprocess_env(), timeout=120)  # fmt: skip
+    assert sent.returncode == 0, sent.stderr[-2000:]
+    assert '"records": 400' in sent.stdout
+    latest = schema_registry.get(f"/subjects/{topic}-value/versions/latest")
+    assert latest["version"] == 1
+
+    config = load_config(overrides={**settings, "source.kafka.format": "avro"}, environ={})
+    StreamJob(config, spark=spark, available_now=True).run()
+    expected = generate(0, 400, GeneratorSettings(config.source.generator.seed, 0.0, 1.0), config.table.columns)
+    malformed = [i for i in range(400) if i % 97 == 0]
+    keep = [i for i in range(400) if i % 97]
+    got = read_delta(tmp_path / "lineorder").sort_by("lo_orderkey")
+    assert got.select(expected.schema.names).to_pylist() == expected.take(keep).sort_by("lo_orderkey").to_pylist()
+    quarantine = read_delta(LakeTable(config).quarantine.uri).to_pylist()
+    assert sorted(q["reason_code"] for q in quarantine) == ["not_avro"] * len(malformed)
