@@ -57,6 +57,8 @@ def batch_progress(commit: StreamCommit) -> dict[str, Any]:
         "offsets": {p: {"start": start.get(p), "end": o} for p, o in sorted(end.items())},
         "input_rows_per_second": _rate(rows, meta.get("since_previous_ms")),
         "processed_rows_per_second": _rate(rows, batch_ms),
+        # Avro records: the writer schemas the batch met, by id (None for JSON and the generator).
+        "schemas": meta.get("schemas"),
     }  # fmt: skip
 
 
@@ -83,4 +85,9 @@ def format_progress(stream: str, p: dict[str, Any]) -> list[str]:
     for partition, o in p["offsets"].items():
         start = "?" if o["start"] is None else f"{o['start']:,}"
         lines.append(f"  offsets    {partition}: {start} -> {o['end']:,}")
+    for schema_id, seen in (p.get("schemas") or {}).items():
+        names = ", ".join(seen.get("versions") or []) or "?"
+        fate = ("unknown to the registry: quarantined" if seen.get("unknown") else
+                f"quarantined ({seen['refused']})" if seen.get("refused") else "read")  # fmt: skip
+        lines.append(f"  schema     {schema_id} ({names}): {seen.get('records', 0):,} records, {fate}")
     return lines

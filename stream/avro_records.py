@@ -14,7 +14,7 @@ answer, the batch fails and the stream retries it (a transient fault), quarantin
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lakecluster.config import Config
@@ -51,6 +51,7 @@ class AvroRecords:
         self.limits = limits
         self.plans: dict[int, SchemaPlan] = {}
         self.unknown: set[int] = set()  # ids the registry said it does not have (an id is never reused)
+        self.versions: dict[int, list[tuple[str, int]]] = {}  # id -> (subject, version) pairs, as registered
 
     @classmethod
     def of(cls, config: Config, limits: ParseLimits) -> AvroRecords | None:
@@ -104,7 +105,25 @@ class AvroRecords:
         if learned:
             raise NewSchemasMet(learned)
 
+    def describe(self, counts: Mapping[int, int]) -> dict[str, dict[str, object]]:
+        """The schema ids of a batch (its records per id) with the subjects and versions they are
+        registered as, and the reason code of a schema whose records go to quarantine."""
+        out: dict[str, dict[str, object]] = {}
+        for schema_id, records in sorted(counts.items()):
+            plan = self.plans.get(schema_id)
+            out[str(schema_id)] = {
+                "records": records,
+                "versions": [f"{subject} v{version}" for subject, version in self.versions.get(schema_id, [])],
+                "refused": None if plan is None else plan.refusal and plan.refusal[0].value,
+                "unknown": schema_id in self.unknown,
+            }
+        return out
+
     def _plan(self, schema_id: int, writer: object) -> None:
+        try:
+            self.versions[schema_id] = self.client.versions_of(schema_id)
+        except SchemaRegistryUnavailableError:  # only a name for status: the plan needs none
+            self.versions[schema_id] = []
         plan = plan_schema(schema_id, writer, self.columns)
         if plan.refusal is not None:
             log.warning("schema %d cannot be read into the table, its records go to quarantine: %s", schema_id,

@@ -170,11 +170,11 @@ class StreamSink:
         since_previous = None if self._previous_start_ms is None else started_ms - self._previous_start_ms
         self._previous_start_ms = started_ms
         # The batch's progress (docs/operations.md, "Stream progress") rides in the commits it makes anyway.
-        meta_of: Callable[..., dict] = functools.partial(
-            dict, stream=self.start.stream_id, batch=batch_id, txn=txn, offsets=_json(offsets),
-            start_offsets=_json(resume.batch_offsets(self.table, batch_id - 1)) if batch_id else None,
-            source=self.source.kind, started_ms=started_ms, since_previous_ms=since_previous,
-        )  # fmt: skip
+        meta_of: Callable[..., dict] = functools.partial(batch_meta, self.avro, {
+            "stream": self.start.stream_id, "batch": batch_id, "txn": txn, "offsets": _json(offsets),
+            "start_offsets": _json(resume.batch_offsets(self.table, batch_id - 1)) if batch_id else None,
+            "source": self.source.kind, "started_ms": started_ms, "since_previous_ms": since_previous,
+        })  # fmt: skip
         done = _Done(table_done, quarantine_done)
         result = None
         while result is None:
@@ -313,8 +313,7 @@ class StreamSink:
         table_files, quarantine_files = written_files([r for r in rows if r[KIND] != SUMMARY_ROW])
         crash_point(f"before_commit:{batch_id}")
         # The commit's own duration ends at the timestamp Delta gives it (status reads both).
-        meta = meta_of(rows=total.rows, quarantined=total.quarantined, phases_ms=total.phases_ms(), job_ms=job_ms,
-                       commit_started_ms=int(time.time() * 1000))  # fmt: skip
+        meta = meta_of(total, job_ms=job_ms, commit_started_ms=int(time.time() * 1000))
         if quarantine_files and not done.quarantine:
             self.before_commit()
             commit_append(self.spark, quarantine_target, quarantine_files, app_id=self.start.stream_id,
@@ -345,8 +344,7 @@ class StreamSink:
                 self.avro.check(total.schema_ids)
             crash_point(f"before_commit:{batch_id}")
             # Delta's writer writes and commits in one call after this: neither is timed apart.
-            meta = user_metadata(**meta_of(rows=total.rows, quarantined=total.quarantined,
-                                           phases_ms=total.phases_ms(), job_ms=job_ms))  # fmt: skip
+            meta = user_metadata(**meta_of(total, job_ms=job_ms))
             if total.quarantined and not done.quarantine:
                 self.before_commit()
                 self._write_quarantine(parsed, batch_id, txn, meta)
@@ -396,6 +394,15 @@ class StreamSink:
     def _report(self, report: BatchReport) -> None:
         if self.on_batch is not None:
             self.on_batch(report)
+
+
+def batch_meta(avro: AvroRecords | None, base: dict, total: TaskSummary, **more: object) -> dict:
+    """A micro-batch's progress, for its commits' ``userMetadata``: ``base`` (where it read), its
+    counts and phases, and for Avro records the writer schemas it met (``status`` shows them)."""
+    meta = {**base, "rows": total.rows, "quarantined": total.quarantined, "phases_ms": total.phases_ms(), **more}
+    if avro is not None:
+        meta["schemas"] = avro.describe(total.schema_ids)
+    return meta
 
 
 def write_layout(

@@ -8,7 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import json
 import struct
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 from lakecluster.config import load_config
 from lakecluster.stream.job import StreamJob
 from lakecluster.table import LakeTable
-from tests.conftest import read_delta
+from tests.conftest import lakecluster_cmd, read_delta, subprocess_env
 from tests.services.kafka import KafkaBroker as Broker
 from tests.services.kafka import Message
 from tests.services.schema_registry import SchemaRegistry
@@ -79,6 +81,19 @@ def test_three_schema_versions_interleaved_land_and_bad_records_are_quarantined(
     assert {q["raw_value"]: q["reason_code"] for q in quarantine} == bad
     assert all(q["topic"] == topic and q["reason"] for q in quarantine)
 
+    # status: the writer schemas the last batch met, with their subject versions.
+    shown = subprocess.run(lakecluster_cmd("--config", str(tmp_path / "c.toml"), "--json", "status"),
+                           capture_output=True, text=True, env=subprocess_env(), timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    (stream,) = json.loads(shown.stdout)["streams"].values()
+    schemas = stream["last_batch"]["schemas"]
+    assert {k: v["records"] for k, v in schemas.items()} == {str(ids[0]): 20, str(ids[1]): 21, str(ids[2]): 20,
+                                                             "987654": 1}  # fmt: skip
+    assert schemas[str(ids[2])]["versions"] == [f"{topic}-value v3"] and schemas["987654"]["unknown"]
+    text = subprocess.run(lakecluster_cmd("--config", str(tmp_path / "c.toml"), "status"),
+                          capture_output=True, text=True, env=subprocess_env(), timeout=120).stdout  # fmt: skip
+    assert f"schema     {ids[1]} ({topic}-value v2): 21 records, read" in text
+
 
 def test_a_registry_out_of_reach_is_ridden_out_and_quarantines_nothing(  # type: ignore[no-untyped-def]
     spark, broker: Broker, schema_registry: SchemaRegistry, tmp_path: Path
@@ -117,10 +132,7 @@ def test_produce_format_avro_registers_its_schema_and_the_stream_reads_the_gener
 ) -> None:
     """``lakecluster produce --format avro``: the generator's records in the wire format, its schema
     registered under the topic's subject; streamed back, the table holds exactly the generator's rows."""
-    import subprocess
-
     from lakecluster.stream.generator import GeneratorSettings, generate
-    from tests.conftest import lakecluster_cmd, subprocess_env
 
     topic = f"avro_{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, 2)
