@@ -3,9 +3,13 @@ Confluent-compatible API (``/apis/ccompat/v6``) that Kafka's Avro producers and 
 
 Apicurio's jars come from Maven Central, fetched once per machine by Maven (its BOM has to be
 imported, which Ivy cannot do) into ``~/.cache/lakecluster/jars/apicurio-registry-<version>/``,
-and the server runs with ``java -cp``. On its first start Quarkus fetches its build-time jars into
-the same folder's Maven repository, so that start holds the folder's lock; later ones start in
-about 7 s. Schemas live in the server's memory: a restarted registry is empty.
+and the server runs with ``java -cp``, which Quarkus runs in its dev mode: it builds the application
+at every start, writing into the folder and into a temporary directory it cleans up at exit. So
+every registry has a temporary directory of its own (one registry's exit once deleted another's
+files while it started, and the other exited with code 1), and starts hold the folder's lock, one
+at a time; the first start also fetches Quarkus's build-time jars into the folder's Maven
+repository. A start takes about 7 s. Schemas live in the server's memory: a restarted registry is
+empty.
 """
 
 from __future__ import annotations
@@ -95,19 +99,17 @@ class SchemaRegistry:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 180) -> SchemaRegistry:
+        tmp = self.workdir / "tmp"
+        tmp.mkdir(exist_ok=True)
         command = [
-            java_tool("java"), *JVM_OPTIONS, f"-Dquarkus.http.port={self.port}", "-Dquarkus.http.host=127.0.0.1",
+            java_tool("java"), *JVM_OPTIONS, f"-Djava.io.tmpdir={tmp}",
+            f"-Dquarkus.http.port={self.port}", "-Dquarkus.http.host=127.0.0.1",
             "-Dquarkus.console.enabled=false", "-Dplatform.quarkus.native.builder-image=none",
             f"-Dmaven.repo.local={self.home / 'm2'}", "-cp", str(self.home / "lib" / "*"),
             "io.apicurio.registry.RegistryQuarkusMain",
         ]  # fmt: skip
-        warm = self.home / "build.complete"
-        if warm.is_file():
+        with cache_lock(self.cache_dir):
             self._start(command, timeout_s)
-        else:
-            with cache_lock(self.cache_dir):  # the first start fetches Quarkus's build jars: one at a time
-                self._start(command, timeout_s)
-                warm.write_text("")
         return self
 
     def _start(self, command: list[str], timeout_s: float) -> None:
