@@ -161,6 +161,10 @@ FILES_SCANNED = Gauge("lakecluster_point_query_files_estimate",
 STREAM_SOURCE_WAITS = Counter("lakecluster_stream_source_waits_total",
                               "Episodes of a micro-batch waiting longer than stream.source_wait_warning_s for the "
                               "source's offsets (brokers unreachable)", registry=REGISTRY)  # fmt: skip
+SCHEMA_REGISTRY_UP = Gauge("lakecluster_schema_registry_up",
+                           "1 when the schema registry answered the stream's last request for a writer schema, "
+                           "0 when no URL did (a stream of Avro records only)", ["registry"],
+                           registry=REGISTRY)  # fmt: skip
 STREAM_WAITING = Gauge("lakecluster_stream_waiting_for_source",
                        "1 while a micro-batch has waited longer than stream.source_wait_warning_s for the source",
                        registry=REGISTRY)  # fmt: skip

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from lakecluster import metrics
 from lakecluster.config import Config
 from lakecluster.schema import ColumnSpec
 from lakecluster.stream.avro import SchemaPlan, decode, plan_schema
@@ -65,6 +66,9 @@ class AvroRecords:
                                       timeout_s=sr.timeout_s)  # fmt: skip
         return cls(client, config.table.columns, limits)
 
+    def _answered(self, up: bool) -> None:
+        metrics.SCHEMA_REGISTRY_UP.labels(",".join(self.client.urls)).set(1 if up else 0)
+
     def prefetch(self, topics: Iterable[str], strategy: str) -> None:
         """Plans for the newest schema of each topic's subject (``topic_name`` strategy), so that the
         first batch needs no second pass; a registry out of reach now is left to the first batch."""
@@ -74,8 +78,10 @@ class AvroRecords:
             try:
                 latest = self.client.latest(subject_name("topic_name", topic))
             except SchemaRegistryUnavailableError as error:
+                self._answered(False)
                 log.warning("schema registry: %s; the first batch asks again", error)
                 return
+            self._answered(True)
             if latest is not None:
                 _, schema_id, schema = latest
                 self._plan(schema_id, schema.parsed)
@@ -92,8 +98,13 @@ class AvroRecords:
             try:
                 schema = self.client.schema(schema_id)
             except UnknownSchemaIdError:
+                self._answered(True)
                 self.unknown.add(schema_id)
                 continue
+            except SchemaRegistryUnavailableError:
+                self._answered(False)
+                raise
+            self._answered(True)
             self._plan(schema_id, schema.parsed)
             learned.append(schema_id)
         return learned

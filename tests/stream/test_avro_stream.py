@@ -98,6 +98,7 @@ def test_three_schema_versions_interleaved_land_and_bad_records_are_quarantined(
 def test_a_registry_out_of_reach_is_ridden_out_and_quarantines_nothing(  # type: ignore[no-untyped-def]
     spark, broker: Broker, schema_registry: SchemaRegistry, tmp_path: Path
 ) -> None:
+    from lakecluster import metrics
     from lakecluster.errors import FatalServiceError
     from tests.services.ports import free_port
 
@@ -115,15 +116,18 @@ def test_a_registry_out_of_reach_is_ridden_out_and_quarantines_nothing(  # type:
         return load_config(path, overrides={"retry.initial_backoff_s": "0.2", "retry.max_backoff_s": "0.5",
                                             "retry.give_up_after_s": "3"}, environ={})  # fmt: skip
 
-    down = config(f"http://127.0.0.1:{free_port()}")
+    dead = f"http://127.0.0.1:{free_port()}"
+    down = config(dead)
     with pytest.raises(FatalServiceError, match=r"transient fault.*no schema registry answered"):
         StreamJob(down, spark=spark, available_now=True).run()
+    assert metrics.REGISTRY.get_sample_value("lakecluster_schema_registry_up", {"registry": dead}) == 0
     lake = LakeTable(down)
     assert not lake.delta.exists() or read_delta(table).num_rows == 0
     assert not lake.quarantine.exists() or read_delta(lake.quarantine.uri).num_rows == 0, "nothing quarantined"
 
     StreamJob(config(schema_registry.url), spark=spark, available_now=True).run()
     assert sorted(read_delta(table).column("id").to_pylist()) == list(range(20))
+    assert metrics.REGISTRY.get_sample_value("lakecluster_schema_registry_up", {"registry": schema_registry.url}) == 1
     assert not lake.quarantine.exists() or read_delta(lake.quarantine.uri).num_rows == 0
 
 
@@ -157,3 +161,44 @@ def test_produce_format_avro_registers_its_schema_and_the_stream_reads_the_gener
     assert got.select(expected.schema.names).to_pylist() == expected.take(keep).sort_by("lo_orderkey").to_pylist()
     quarantine = read_delta(LakeTable(config).quarantine.uri).to_pylist()
     assert sorted(q["reason_code"] for q in quarantine) == ["not_avro"] * len(malformed)
+
+
+def test_exactly_once_across_a_schema_change_and_a_kill_in_the_middle_of_it(  # type: ignore[no-untyped-def]
+    spark, broker: Broker, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    """Batch 0 holds version 1 only, batch 1 both versions interleaved and malformed records, batch 2
+    version 2: a process killed in batch 1 between the quarantine's commit and the table's, then
+    restarted, leaves every row once and every malformed record quarantined once."""
+    topic = f"avro_{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, 1)
+    v1, v2 = (schema_registry.register(f"{topic}-value", s) for s in (V1, V2))
+    day = dt.date(2026, 5, 3)
+    messages, expected, bad = [], {}, []
+    for i in range(300):
+        version = 0 if i < 100 else (i % 2 if i < 200 else 1)
+        value: dict[str, Any] = {"id": i, "city": f"C{i % 5}", "day": day, **({"qty": i} if version else {})}
+        messages.append(Message(wire((V1, V2)[version], (v1, v2)[version], value)))
+        expected[i] = value.get("qty")
+        if i in (120, 150):
+            bad.append(b"\0" + struct.pack(">I", v2) + b"\x03")  # avro_decode, in the batch that is cut short
+            messages.append(Message(bad[-1]))
+    broker.produce(topic, messages)
+    table = tmp_path / "orders"
+    extra = f'format = "avro"\n[source.kafka.schema_registry]\nurl = "{schema_registry.url}"\n'
+    cfg = kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table, max_offsets=101,
+                          kafka_extra=extra)  # fmt: skip
+    env = subprocess_env(LAKECLUSTER_TEST_CRASH_AT="after_quarantine_commit:1")
+    with open(tmp_path / "first.log", "wb") as log:
+        died = subprocess.run(lakecluster_cmd("--config", str(cfg), "stream", "--available-now"), stdout=log,
+                              stderr=subprocess.STDOUT, env=env, timeout=300)  # fmt: skip
+    assert died.returncode == 137, (tmp_path / "first.log").read_text()[-3000:]
+    config = load_config(cfg, environ={})
+    assert len(read_delta(LakeTable(config).quarantine.uri)) == len(bad), "batch 1's quarantine was committed"
+    assert 0 < len(read_delta(table)) < len(expected), "the kill cut batch 1 off before the table's commit"
+
+    StreamJob(config, spark=spark, available_now=True).run()
+    rows = read_delta(table).to_pylist()
+    assert len(rows) == len(expected) and {r["id"]: r["qty"] for r in rows} == expected
+    quarantine = read_delta(LakeTable(config).quarantine.uri).to_pylist()
+    assert sorted(q["raw_value"] for q in quarantine) == sorted(bad)
+    assert {q["reason_code"] for q in quarantine} == {"avro_decode"}
