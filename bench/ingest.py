@@ -1,12 +1,15 @@
 """Ingest throughput: Kafka -> committed Delta, lakecluster beside a plain Spark pipeline.
 
     python bench/ingest.py --records 300000
+    python bench/ingest.py --records 300000 --format avro --rounds 5
 
-Starts a local Apache Kafka broker (the tests' launcher), produces SSB-like JSON records, then in
-one run measures: a raw kafka-python consumer (reads every record, parses nothing), a plain Spark
-pipeline (``readStream.format("kafka")`` -> ``from_json`` -> Delta sink, nothing else), and
-lakecluster's stream with sketches off and on. Prints a table and rewrites the "Ingest" section of
-docs/benchmarks.md.
+Starts a local Apache Kafka broker (the tests' launcher), produces SSB-like records, then in one
+run measures: a raw kafka-python consumer (reads every record, parses nothing), a plain Spark
+pipeline (``readStream.format("kafka")`` -> ``from_json``, or for ``--format avro`` the Confluent
+header stripped and ``from_avro`` with one fixed schema -> Delta sink, nothing else), and
+lakecluster's stream with sketches off and on. In Avro the records' schema is registered in a
+local schema registry (Apicurio Registry, the tests' launcher), which lakecluster reads it from.
+Prints a table and rewrites the "Ingest" (or "Ingest, Avro") section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -47,6 +50,28 @@ def json_records(n: int) -> list[bytes]:
     return [line.encode() for line in lines]
 
 
+def avro_records(n: int, schema_id: int) -> list[bytes]:
+    """The same records as :func:`json_records`, in the Confluent wire format with ``schema_id``."""
+    import io
+    import struct
+
+    import fastavro
+
+    from lakecluster.stream.generator import GeneratorSettings, generate
+    from lakecluster.stream.produce import avro_schema
+    from lakecluster.stream.ssb import SSB_COLUMNS
+
+    parsed = fastavro.parse_schema(avro_schema(SSB_COLUMNS))
+    header = b"\0" + struct.pack(">I", schema_id)
+    out = []
+    for row in generate(0, n, GeneratorSettings(), SSB_COLUMNS).to_pylist():
+        body = io.BytesIO()
+        body.write(header)
+        fastavro.schemaless_writer(body, parsed, row)
+        out.append(body.getvalue())
+    return out
+
+
 def produce(broker: Broker, topic: str, values: list[bytes], partitions: int) -> int:
     from kafka import KafkaProducer
 
@@ -78,7 +103,7 @@ def raw_consumer(broker: Broker, topic: str, partitions: int, expected: int) -> 
 
 def pipeline(  # type: ignore[no-untyped-def]
     spark, broker: Broker, topic: str, workdir: Path, sketches: bool, per_trigger: int, run: int = 0,
-    in_tasks: bool = True,
+    in_tasks: bool = True, registry: str | None = None,
 ) -> tuple[float, int]:
     from lakecluster.config import load_config
     from lakecluster.stream.job import StreamJob
@@ -92,6 +117,8 @@ def pipeline(  # type: ignore[no-untyped-def]
     }  # fmt: skip
     if per_trigger:
         overrides["source.kafka.max_offsets_per_trigger"] = str(per_trigger)
+    if registry is not None:
+        overrides.update({"source.kafka.format": "avro", "source.kafka.schema_registry.url": registry})
     config = load_config(overrides=overrides, environ={})
     start = time.perf_counter()
     reports = StreamJob(config, spark=spark, available_now=True).run()
@@ -99,21 +126,25 @@ def pipeline(  # type: ignore[no-untyped-def]
 
 
 def plain_spark(  # type: ignore[no-untyped-def]
-    spark, broker: Broker, topic: str, workdir: Path, per_trigger: int = 0, run: int = 0
+    spark, broker: Broker, topic: str, workdir: Path, per_trigger: int = 0, run: int = 0, avro: bool = False
 ) -> tuple[float, int]:
-    """The same records through Spark alone: Kafka source, ``from_json``, Delta sink, available-now,
-    with the same cap on records per micro-batch."""
+    """The same records through Spark alone: Kafka source, ``from_json`` (or the 5-byte Confluent
+    header stripped and ``from_avro`` with the one schema the records were written with), Delta
+    sink, available-now, with the same cap on records per micro-batch."""
     from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
 
     from lakecluster.schema import spark_ddl
+    from lakecluster.stream.produce import avro_schema
     from lakecluster.stream.ssb import SSB_COLUMNS
 
     table = workdir / f"plain_{topic}_{run}"
+    decoded = (from_avro(F.expr("substring(value, 6)"), json.dumps(avro_schema(SSB_COLUMNS))) if avro
+               else F.from_json(F.col("value").cast("string"), spark_ddl(SSB_COLUMNS)))  # fmt: skip
     frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("subscribe", topic).option("startingOffsets", "earliest")
              .options(**({"maxOffsetsPerTrigger": str(per_trigger)} if per_trigger else {})).load()
-             .select(F.from_json(F.col("value").cast("string"), spark_ddl(SSB_COLUMNS)).alias("r"))
-             .select("r.*"))  # fmt: skip
+             .select(decoded.alias("r")).select("r.*"))  # fmt: skip
     start = time.perf_counter()
     query = (frame.writeStream.format("delta").option("checkpointLocation", str(workdir / f"plain_ckpt_{topic}_{run}"))
              .trigger(availableNow=True).start(str(table)))  # fmt: skip
@@ -146,6 +177,15 @@ rounds' paired ratios (a round's runs are neighbours in time).
 """
 
 
+AVRO_NOTES = """
+lakecluster decodes in the JVM too: Spark's `from_avro` with the plan of each record's schema id
+(chosen per record in one projection, stream/avro.py), then the same Python tasks as for JSON take
+the typed columns (no parsing there), check nothing more per record, key, sketch and write. The
+plain pipeline decodes with one fixed schema and checks nothing: a record of another schema
+version, or a body that does not decode, would be misread or fail its job.
+"""
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--records", type=int, default=300_000)
@@ -153,21 +193,33 @@ def main() -> None:
     p.add_argument("--per-trigger", type=int, default=0,
                    help="source.kafka.max_offsets_per_trigger (0: unset, the default: all available)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=2, help="each run this many times, alternating")
+    p.add_argument("--format", choices=["json", "avro"], default="json",
+                   help="the records' format: JSON, or Avro through a schema registry")  # fmt: skip
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = p.parse_args()
 
     from lakecluster.config import SparkConfig
     from lakecluster.spark import get_session
+    from lakecluster.stream.produce import avro_schema
+    from lakecluster.stream.ssb import SSB_COLUMNS
+    from tests.services.schema_registry import SchemaRegistry
 
     broker_dir = tempfile.TemporaryDirectory(prefix="bench-kafka-")
     broker = Broker(Path(broker_dir.name)).start()
-    values = json_records(args.records)
+    avro = args.format == "avro"
+    registry: SchemaRegistry | None = None
+    if avro:
+        registry = SchemaRegistry(Path(broker_dir.name)).start()
+        schema_id = registry.register("bench-value", avro_schema(SSB_COLUMNS))
+        registry.register("warmup-value", avro_schema(SSB_COLUMNS))
+    values = avro_records(args.records, schema_id) if avro else json_records(args.records)
+    url = registry.url if registry is not None else None
     nbytes = produce(broker, "bench", values, args.partitions)
     produce(broker, "warmup", values[:20_000], args.partitions)
     spark = get_session(SparkConfig())
     with tempfile.TemporaryDirectory() as tmp:
-        pipeline(spark, broker, "warmup", Path(tmp), True, args.per_trigger)  # JVM and Python workers warm
-        plain_spark(spark, broker, "warmup", Path(tmp), args.per_trigger)
+        pipeline(spark, broker, "warmup", Path(tmp), True, args.per_trigger, registry=url)  # JVM, workers warm
+        plain_spark(spark, broker, "warmup", Path(tmp), args.per_trigger, avro=avro)
         # Same topic, fresh tables and checkpoints: each run reads every record. The runs
         # alternate and the best of each kind is kept, so neither order nor a noisy moment favours one.
         times: dict[str, list[float]] = {"raw": [], "plain": [], "off": [], "on": [], "delta_writer": []}
@@ -177,19 +229,22 @@ def main() -> None:
             times["raw"].append(raw_consumer(broker, "bench", args.partitions, args.records))
             cpu["raw"].append(tree_cpu_seconds() - before)
             before = tree_cpu_seconds()
-            seconds, rows = plain_spark(spark, broker, "bench", Path(tmp), args.per_trigger, r)
+            seconds, rows = plain_spark(spark, broker, "bench", Path(tmp), args.per_trigger, r, avro=avro)
             cpu["plain"].append(tree_cpu_seconds() - before)
             assert rows == args.records, ("plain", rows)
             times["plain"].append(seconds)
             for kind, sketches, in_tasks in (("off", False, True), ("on", True, True), ("delta_writer", True, False)):
                 before = tree_cpu_seconds()
-                seconds, rows = pipeline(spark, broker, "bench", Path(tmp), sketches, args.per_trigger, r, in_tasks)
+                seconds, rows = pipeline(spark, broker, "bench", Path(tmp), sketches, args.per_trigger, r, in_tasks,
+                                         registry=url)  # fmt: skip
                 cpu[kind].append(tree_cpu_seconds() - before)
                 assert rows == args.records, (kind, rows)
                 times[kind].append(seconds)
             print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()),
                   flush=True)  # fmt: skip
     broker.stop()
+    if registry is not None:
+        registry.stop()
     broker_dir.cleanup()
     best = {kind: min(t) for kind, t in times.items()}
     median = {kind: statistics.median(t) for kind, t in times.items()}
@@ -201,7 +256,8 @@ def main() -> None:
     mb = nbytes / 1e6
     runs = [
         ("raw kafka-python consumer (reads only)", "raw"),
-        ("plain Spark: Kafka source, from_json, Delta sink", "plain"),
+        ("plain Spark: Kafka source, " + ("header stripped, from_avro (one schema)" if avro else "from_json")
+         + ", Delta sink", "plain"),
         ("lakecluster stream, sketches off", "off"),
         ("lakecluster stream, sketches on", "on"),
         ("lakecluster stream, sketches on, Delta's writer (`stream.write_in_tasks = false`)", "delta_writer"),
@@ -222,11 +278,13 @@ def main() -> None:
     )
     command = (
         f"python bench/ingest.py --records {args.records} --partitions {args.partitions} "
-        f"--per-trigger {args.per_trigger} --rounds {args.rounds}"
+        f"--per-trigger {args.per_trigger} --rounds {args.rounds}" + (" --format avro" if avro else "")
     )
+    heading = "## Ingest, Avro: Kafka -> committed Delta" if avro else "## Ingest: Kafka -> committed Delta"
+    kind = "Avro (Confluent wire format, schema in a local Apicurio Registry)" if avro else "JSON"
     section = (
-        "## Ingest: Kafka -> committed Delta\n\n"
-        f"`{command}` — {args.records:,} SSB-like JSON records ({mb:.0f} MB) in {args.partitions} partitions on a "
+        f"{heading}\n\n"
+        f"`{command}` — {args.records:,} SSB-like {kind} records ({mb:.0f} MB) in {args.partitions} partitions on a "
         "local Apache Kafka broker, Spark local[2], 2 cores; the five runs alternate in one process, "
         f"{args.rounds} rounds, the median and the best of each shown; CPU seconds are those of the whole "
         "process tree (driver, Spark's JVM, its Python workers, the broker) during the run; "
@@ -242,12 +300,12 @@ def main() -> None:
         + header
         + body
         + summary
-        + NOTES
+        + (AVRO_NOTES if avro else NOTES)
     )
     print(section)
     print(json.dumps({"seconds": times, "cpu_seconds": cpu}))
     if not args.no_write:
-        write_section(REPO / "docs" / "benchmarks.md", "## Ingest", section)
+        write_section(REPO / "docs" / "benchmarks.md", heading.split(":")[0] + ":", section)
 
 
 def write_section(path: Path, heading: str, section: str) -> None:

@@ -58,13 +58,22 @@ BASE_CONF = {
 }
 
 
+# HotSpot leaves methods over 8,000 bytes of bytecode to the interpreter, and Spark's whole-stage
+# code for a projection of many expressions is often larger (up to 64 KiB, Spark's own limit): the
+# Avro decoding of a micro-batch with its per-record rules (stream/avro.py) ran 2.1 x slower than
+# with the JIT compiling it (400,000 SSB records: 5.5 s, 2.6 s with this option; the effect on the
+# whole stream is in docs/benchmarks.md, "Ingest, Avro").
+JIT_OPTIONS = "-XX:-DontCompileHugeMethods"
+
+
 def session_conf(
     config: SparkConfig, storage: StorageConfig, *, s3: bool, extra_jars: Sequence[Path] = ()
 ) -> dict[str, str]:
     """Every setting the session is built with: ours (our jars and ``extra_jars``), storage
     access, then the user's."""
     jar_files = [*jars.spark_jars(s3=s3, cache_dir=jars.cache_dir(config.jars_cache)), *extra_jars]
-    java_options = f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -Dlakecluster.jvm.log.level={config.log_level}"
+    java_options = (f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -Dlakecluster.jvm.log.level={config.log_level} "
+                    f"{JIT_OPTIONS}")  # fmt: skip
     if config.java_options:
         java_options = f"{java_options} {config.java_options}"
     conf = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jar_files),

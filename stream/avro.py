@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 MAGIC = 0
 HEADER_BYTES = 5
+_RULE = "_lc_avro_rule"
+# Years 1..9999 (UTC), the range JSON records are held to: days and microseconds since the epoch.
+_MIN_DAY, _MAX_DAY = -719_162, 2_932_896
+_MIN_MICROS, _MAX_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
 DECODED_FLAG = "__lakecluster_decoded"
 # Avro's own promotions (the specification's schema resolution) a column type accepts, by the
 # writer's primitive type: read as the column's type directly.
@@ -68,6 +72,9 @@ class SchemaPlan:
     writer: Any
     reads: tuple[ColumnRead, ...] = ()
     refusal: tuple[ReasonCode, str] | None = None  # (reason code, reason)
+    # The writer's fields that are no column, with the column type each would have ("unsupported":
+    # none), in the writer's order (stream/schema_evolution.py).
+    unseen: tuple[tuple[str, str], ...] = ()
 
     @property
     def reader(self) -> dict[str, Any]:
@@ -116,7 +123,33 @@ def plan_schema(schema_id: int, writer: Any, columns: Sequence[ColumnSpec]) -> S
             reads.append(read)
     if problems:
         return SchemaPlan(schema_id, writer, refusal=(problems[0][0], "; ".join(reason for _, reason in problems)))
-    return SchemaPlan(schema_id, writer, tuple(reads))
+    names = {c.name for c in columns}
+    unseen = tuple((name, column_type_of(_defined(_optional(t), named, namespace)) or "unsupported")
+                   for name, t in fields.items() if name not in names)  # fmt: skip
+    return SchemaPlan(schema_id, writer, tuple(reads), unseen=unseen)
+
+
+def column_type_of(avro_type: Any | None) -> str | None:
+    """The column type a field of ``avro_type`` (its non-null branch, named types defined) becomes
+    when the table follows its producers: the mapping of docs/records.md read backwards; None for
+    a type no column takes (bytes, fixed, records, arrays, maps, unions of several types)."""
+    if avro_type is None:
+        return None
+    primitive = avro_type if isinstance(avro_type, str) else avro_type.get("type")
+    logical = avro_type.get("logicalType") if isinstance(avro_type, dict) else None
+    if logical == "decimal" and primitive in ("bytes", "fixed"):
+        precision, scale = avro_type.get("precision"), avro_type.get("scale", 0)
+        valid = isinstance(precision, int) and isinstance(scale, int) and 0 <= scale <= precision <= 38
+        return f"decimal({precision},{scale})" if valid and precision >= 1 else None
+    if (primitive, logical) == ("int", "date"):
+        return "date"
+    if primitive == "long" and logical in ("timestamp-millis", "timestamp-micros"):
+        return "timestamp"
+    if logical is not None and primitive != "string":
+        return None
+    if primitive == "enum":
+        return "string"
+    return primitive if primitive in _PROMOTED else None
 
 
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
@@ -251,18 +284,32 @@ def decode(
         typed[column.name] = F.coalesce(*values, F.lit(None).cast(target)) if values else F.lit(None).cast(target)
     flags = [field(i, DECODED_FLAG) for i in decodable]
     decoded_flag = F.coalesce(*flags) if flags else F.lit(None).cast("boolean")
-    code, reason = _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_record_bytes,
-                          max_string_chars)  # fmt: skip
-    second = first.select(*keep, *[typed[c.name].alias(c.name) for c in columns], code.alias(CODE),
-                          reason.alias(REASON), SCHEMA_ID)  # fmt: skip
-    # A quarantined record has no column values (as with JSON): a third projection, which reads
-    # the code once instead of evaluating its rules again for every column.
-    return second.select(*keep, *[F.when(F.col(CODE).isNull(), F.col(c.name)).alias(c.name) for c in columns],
-                         CODE, REASON, SCHEMA_ID)  # fmt: skip
+    cases = _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_record_bytes, max_string_chars)
+    # The second projection finds the first rule a record breaks (one pass over the conditions);
+    # the third takes that rule's code and reason (only a broken rule's reason is built) and
+    # leaves a quarantined record without column values, as with JSON.
+    rule = F.lit(None).cast("int")
+    if cases:
+        rule = F.when(cases[0][0], F.lit(0))
+        for k, (condition, _, _) in enumerate(cases[1:], start=1):
+            rule = rule.when(condition, F.lit(k))
+    second = first.select(*keep, SCHEMA_ID, *structs.values(), *[typed[c.name].alias(c.name) for c in columns],
+                          rule.alias(_RULE))  # fmt: skip
+    broken = F.col(_RULE)
+    code, reason = F.lit(None).cast("string"), F.lit(None).cast("string")
+    if cases:
+        code = F.when(broken == 0, F.lit(cases[0][1].value))
+        reason = F.when(broken == 0, cases[0][2])
+        for k, (_, case_code, case_reason) in enumerate(cases[1:], start=1):
+            code, reason = code.when(broken == k, F.lit(case_code.value)), reason.when(broken == k, case_reason)
+    return second.select(*keep, *[F.when(broken.isNull(), F.col(c.name)).alias(c.name) for c in columns],
+                         code.alias(CODE), reason.alias(REASON), SCHEMA_ID)  # fmt: skip
 
 
 def _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_record_bytes, max_string_chars):  # type: ignore[no-untyped-def]
-    """(code, reason) expressions: the first rule a record breaks, in docs/records.md's order."""
+    """The rules a record must pass, in docs/records.md's order: (condition that breaks it, code,
+    reason) expressions. Cheap tests first where a rule allows (a string's bytes bound its
+    characters; dates and timestamps are compared as numbers)."""
     from pyspark.sql import functions as F
 
     schema_id = F.col(SCHEMA_ID)
@@ -297,19 +344,19 @@ def _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_recor
         cases.append((lost, ReasonCode.OUT_OF_RANGE,
                       F.format_string(f"field {column.name}: expected {column.type}, got %s", original)))  # fmt: skip
     for column in columns:
+        value = typed[column.name]
         if column.type == "string":
-            length = F.char_length(typed[column.name])
-            cases.append((length > max_string_chars, ReasonCode.STRING_TOO_LONG,
+            length = F.char_length(value)
+            too_long = (F.octet_length(value) > max_string_chars) & (length > max_string_chars)
+            cases.append((too_long, ReasonCode.STRING_TOO_LONG,
                           F.format_string(f"field {column.name}: string of %d characters, over the limit of "
                                           f"{max_string_chars}", length)))  # fmt: skip
         elif column.type in ("date", "timestamp"):
-            year = F.year(typed[column.name])
-            out_of_years = ReasonCode.INVALID_DATE if column.type == "date" else ReasonCode.INVALID_TIMESTAMP
-            cases.append(((year < 1) | (year > 9999), out_of_years,
+            if column.type == "date":
+                number, low, high, code = F.unix_date(value), _MIN_DAY, _MAX_DAY, ReasonCode.INVALID_DATE
+            else:
+                number, low, high, code = F.unix_micros(value), _MIN_MICROS, _MAX_MICROS, ReasonCode.INVALID_TIMESTAMP
+            cases.append(((number < low) | (number > high), code,
                           F.format_string(f"field {column.name}: %s is outside the years 1..9999",
-                                          typed[column.name].cast("string"))))  # fmt: skip
-    code, reason = F.lit(None).cast("string"), F.lit(None).cast("string")
-    for condition, case_code, case_reason in reversed(cases):
-        code = F.when(condition, F.lit(case_code)).otherwise(code)
-        reason = F.when(condition, case_reason).otherwise(reason)
-    return code, reason
+                                          value.cast("string"))))  # fmt: skip
+    return cases
