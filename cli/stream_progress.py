@@ -59,6 +59,9 @@ def batch_progress(commit: StreamCommit) -> dict[str, Any]:
         "processed_rows_per_second": _rate(rows, batch_ms),
         # Avro records: the writer schemas the batch met, by id (None for JSON and the generator).
         "schemas": meta.get("schemas"),
+        # Fields of its records that are no column ("unseen"), became one ("added"), or held values
+        # of another type than their column's ("mismatched"); None when there were none.
+        "fields": meta.get("fields"),
     }  # fmt: skip
 
 
@@ -87,7 +90,16 @@ def format_progress(stream: str, p: dict[str, Any]) -> list[str]:
         lines.append(f"  offsets    {partition}: {start} -> {o['end']:,}")
     for schema_id, seen in (p.get("schemas") or {}).items():
         names = ", ".join(seen.get("versions") or []) or "?"
+        refused = f"{seen['refused']}: {seen['reason']}" if seen.get("reason") else seen.get("refused")
         fate = ("unknown to the registry: quarantined" if seen.get("unknown") else
-                f"quarantined ({seen['refused']})" if seen.get("refused") else "read")  # fmt: skip
+                f"quarantined ({refused})" if seen.get("refused") else "read")  # fmt: skip
         lines.append(f"  schema     {schema_id} ({names}): {seen.get('records', 0):,} records, {fate}")
+    fields = p.get("fields") or {}
+    for name in fields.get("added") or []:
+        lines.append(f"  field      {name}: added to the table as a column before this batch's rows")
+    for name, records in (fields.get("unseen") or {}).items():
+        lines.append(f"  field      {name}: in {records:,} records, no column of the table (its values not kept)")
+    for name, records in (fields.get("mismatched") or {}).items():
+        lines.append(f"  field      {name}: {records:,} records quarantined, the value of another type than the "
+                     "column's (type_mismatch)")
     return lines

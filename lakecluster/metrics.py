@@ -161,6 +161,13 @@ FILES_SCANNED = Gauge("lakecluster_point_query_files_estimate",
 STREAM_SOURCE_WAITS = Counter("lakecluster_stream_source_waits_total",
                               "Episodes of a micro-batch waiting longer than stream.source_wait_warning_s for the "
                               "source's offsets (brokers unreachable)", registry=REGISTRY)  # fmt: skip
+STREAM_UNSEEN_FIELD_RECORDS = Counter("lakecluster_stream_unseen_field_records_total",
+                                      "Records carrying a value in a field that is no column of the table, by "
+                                      'field (the first 50 fields met; later ones as field="_other")', ["field"],
+                                      registry=REGISTRY)  # fmt: skip
+STREAM_COLUMNS_ADDED = Counter("lakecluster_stream_columns_added_total",
+                               "Columns the stream added to the table (stream.schema_evolution = add_columns)",
+                               registry=REGISTRY)  # fmt: skip
 SCHEMA_REGISTRY_UP = Gauge("lakecluster_schema_registry_up",
                            "1 when the schema registry answered the stream's last request for a writer schema, "
                            "0 when no URL did (a stream of Avro records only)", ["registry"],

@@ -51,11 +51,7 @@ class AppendTarget:
 
     def facts(self, spark: SparkSession) -> delta_txn.TableFacts:
         """What the newest snapshot says about the table."""
-        jvm: Any = spark._jvm  # type: ignore[attr-defined]
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession,  # type: ignore[attr-defined]
-                                                                     self.location.uri)  # fmt: skip
-        snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-        return delta_txn.TableFacts.of_transaction(jvm, snapshot)
+        return table_facts(spark, self.location)
 
     def blocker(self, facts: delta_txn.TableFacts) -> str | None:
         """Why a snapshot with these facts cannot take task-written files (None: it can)."""
@@ -65,6 +61,15 @@ class AppendTarget:
     def data_columns(self) -> list[str]:
         """The columns of its data files (partition values live in the log)."""
         return [f["name"] for f in self.fields if f["name"] not in self.partition_by]
+
+
+def table_facts(spark: SparkSession, location: DeltaLocation) -> delta_txn.TableFacts:
+    """What the newest snapshot of the table at ``location`` says about it (delta-spark's)."""
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession,  # type: ignore[attr-defined]
+                                                                 location.uri)  # fmt: skip
+    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    return delta_txn.TableFacts.of_transaction(jvm, snapshot)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class AvroRecords:
         self.columns = tuple(columns)
         self.limits = limits
         self.plans: dict[int, SchemaPlan] = {}
+        self.writers: dict[int, object] = {}  # id -> the writer schema (parsed), to plan again
         self.unknown: set[int] = set()  # ids the registry said it does not have (an id is never reused)
         self.versions: dict[int, list[tuple[str, int]]] = {}  # id -> (subject, version) pairs, as registered
 
@@ -126,11 +127,29 @@ class AvroRecords:
                 "records": records,
                 "versions": [f"{subject} v{version}" for subject, version in self.versions.get(schema_id, [])],
                 "refused": None if plan is None else plan.refusal and plan.refusal[0].value,
+                "reason": None if plan is None or plan.refusal is None else plan.refusal[1],
                 "unknown": schema_id in self.unknown,
             }
         return out
 
+    def set_columns(self, columns: Sequence[ColumnSpec]) -> None:
+        """Reads the table's ``columns`` from now on: every schema met is planned again."""
+        self.columns = tuple(columns)
+        for schema_id, writer in self.writers.items():
+            self.plans[schema_id] = plan_schema(schema_id, writer, self.columns)
+
+    def unseen(self, counts: Mapping[int, int]) -> dict[tuple[str, str], int]:
+        """The fields of the writer schemas of a batch's records that are no column: ``(field,
+        column type or "unsupported") -> records`` of the schemas that have it."""
+        out: dict[tuple[str, str], int] = {}
+        for schema_id, records in counts.items():
+            plan = self.plans.get(schema_id)
+            for key in plan.unseen if plan is not None else ():
+                out[key] = out.get(key, 0) + records
+        return out
+
     def _plan(self, schema_id: int, writer: object) -> None:
+        self.writers[schema_id] = writer
         try:
             self.versions[schema_id] = self.client.versions_of(schema_id)
         except SchemaRegistryUnavailableError:  # only a name for status: the plan needs none

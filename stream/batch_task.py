@@ -81,6 +81,8 @@ class TaskSpec:
     # Kafka records decoded in the JVM (Avro, stream/avro.py): their typed columns, reason code and
     # reason ride beside the raw record; nothing is parsed here.
     decoded: bool = False
+    # JSON records: count the top-level fields that are no column (stream/schema_evolution.py).
+    count_unseen: bool = False
 
 
 PHASES = ("read", "parse", "write")  # a task's phases, as TaskSummary.phase_ns counts them
@@ -98,6 +100,10 @@ class TaskSummary:
     timestamp_seconds: Counter[int] = field(default_factory=Counter)
     # Records per writer schema id (Avro), quarantined ones included.
     schema_ids: Counter[int] = field(default_factory=Counter)
+    # JSON records carrying a value in a field that is no column: (field, kind) -> records.
+    unseen: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # Records quarantined as type_mismatch, by the field whose value had another type.
+    mismatched: Counter[str] = field(default_factory=Counter)
     sketches: dict[str, bytes] = field(default_factory=dict)
     # Nanoseconds the task spent per phase: "read" (waiting for the source's next Arrow batch),
     # "parse" (parsing, keying, sketching), "write" (writing the table's and quarantine's files).
@@ -110,6 +116,8 @@ class TaskSummary:
         self.value_bytes += other.value_bytes
         self.timestamp_seconds.update(other.timestamp_seconds)
         self.schema_ids.update(other.schema_ids)
+        self.unseen.update(other.unseen)
+        self.mismatched.update(other.mismatched)
         self.phase_ns.update(other.phase_ns)
 
     def phases_ms(self) -> dict[str, int]:
@@ -136,7 +144,7 @@ def output_ddl(spec: TaskSpec) -> str:
 def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     schema = output_schema(spec)
     sketches = {c.name: _new_sketch(c, spec) for c in spec.sketch_columns} if spec.build_sketches else {}
-    parser = RecordParser(spec.columns, spec.limits) if spec.parse_json else None
+    parser = RecordParser(spec.columns, spec.limits, count_unseen=spec.count_unseen) if spec.parse_json else None
     summary = TaskSummary()
     files = _TaskWriters(spec) if spec.files is not None else None
     phase = summary.phase_ns
@@ -246,6 +254,7 @@ def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, s
         if parser is not None:
             parsed = parser.parse(values)
             typed, codes, reasons = parsed.table, parsed.codes, parsed.reasons
+            summary.unseen.update(parsed.unseen)
         else:
             columns = [source[c.name].cast(arrow_type(c)) for c in spec.columns]
             typed = pa.table(columns, schema=arrow_schema(spec.columns))
@@ -265,6 +274,7 @@ def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, s
     if (kind == QUARANTINE).any():
         counts = pc.value_counts(codes.filter(pa.array(kind == QUARANTINE)))
         summary.codes.update({d["values"]: d["counts"] for d in counts.to_pylist()})
+        summary.mismatched.update(_mismatched_fields(codes, reasons, kind == QUARANTINE))
     key = pa.nulls(n, pa.binary())
     if spec.layout is not None and good.any():
         key = _keys(spec.layout, typed, good)
@@ -278,6 +288,15 @@ def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, s
     arrays.append(pa.nulls(n, pa.binary()))
     out = pa.Table.from_arrays(arrays, schema=schema)
     return out.filter(pa.array(kind >= 0)) if (kind < 0).any() else out
+
+
+def _mismatched_fields(codes: pa.Array, reasons: pa.Array, quarantined: np.ndarray) -> dict[str, int]:
+    """Quarantined type mismatches by field, from their reasons (``field <name>: ...``)."""
+    mismatch = pc.and_(pa.array(quarantined), pc.equal(codes, "type_mismatch").fill_null(False))
+    if not pc.any(mismatch).as_py():
+        return {}
+    names = pc.extract_regex(reasons.filter(mismatch), r"^field (?P<name>.+?): ").field("name")
+    return {d["values"]: d["counts"] for d in pc.value_counts(names.drop_null()).to_pylist()}
 
 
 def _source_column(source: pa.Table, name: str, typ: pa.DataType, bad: pa.BooleanArray, n: int) -> pa.Array:

@@ -22,12 +22,14 @@ The fast path never accepts a record the exact path would reject, and gives the 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import functools
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -105,6 +107,9 @@ class Parsed:
     table: pa.Table
     codes: pa.StringArray
     reasons: pa.StringArray
+    # Top-level fields of valid records that are no column, with their JSON kind (``field_kind``),
+    # counted in the records that carry a non-null value (RecordParser's ``count_unseen``).
+    unseen: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
 
     @property
     def valid(self) -> pa.BooleanArray:
@@ -145,18 +150,24 @@ _BOM_MARKS = tuple(mark for mark, _ in _BOMS)
 class RecordParser:
     """Parses blocks of Kafka record values into the declared columns (fast path + exact path)."""
 
-    def __init__(self, columns: Sequence[ColumnSpec], limits: ParseLimits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, columns: Sequence[ColumnSpec], limits: ParseLimits = DEFAULT_LIMITS, *, count_unseen: bool = False
+    ) -> None:
         self.columns = tuple(columns)
         self.limits = limits
+        self.count_unseen = count_unseen
         self.schema = arrow_schema(self.columns)
         # Arrow's JSON reader has no date conversion: dates are read as strings, then cast.
         self._read_schema = pa.schema(
             [pa.field(c.name, pa.string() if c.type == "date" else arrow_type(c)) for c in self.columns]
         )
-        self._parse_options = pa_json.ParseOptions(
-            explicit_schema=pa.schema([pa.field("v", pa.struct(list(self._read_schema)))]),
-            unexpected_field_behavior="ignore",
-        )
+        explicit = pa.schema([pa.field("v", pa.struct(list(self._read_schema)))])
+        self._parse_options = pa_json.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="ignore")
+        # Counting fields that are no column: Arrow infers their types in the same read (nothing
+        # more to do for records without such fields). A block whose unknown fields change kind
+        # between records fails that read and is read again ignoring them (not counted).
+        self._infer_options = pa_json.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
+        self._known = {c.name for c in self.columns}
         self._required = [c.name for c in self.columns if c.required]
         self._strings = [c.name for c in self.columns if c.type == "string"]
         self._dates = [c.name for c in self.columns if c.type == "date"]
@@ -173,7 +184,8 @@ class RecordParser:
         reasons: dict[int, str] = {}
         fast, slow, sizes = self._route(values, codes, reasons)
         pieces: list[tuple[np.ndarray, pa.Table]] = []
-        self._read_blocks(values, fast, sizes, pieces, slow)
+        unseen: Counter[tuple[str, str]] = Counter()
+        self._read_blocks(values, fast, sizes, pieces, slow, unseen)
         slow_rows: list[dict[str, Any]] = []
         slow_ok: list[int] = []
         for i in sorted(slow):
@@ -185,7 +197,7 @@ class RecordParser:
                 codes[i], reasons[i] = outcome.code, outcome.reason  # type: ignore[assignment]
         if slow_ok:
             pieces.append(self._rows_to_table(slow_ok, slow_rows, codes, reasons))
-        return Parsed(self._assemble(pieces, n), _sparse_strings(codes, n), _sparse_strings(reasons, n))
+        return Parsed(self._assemble(pieces, n), _sparse_strings(codes, n), _sparse_strings(reasons, n), dict(unseen))
 
     def _route(self, values: pa.BinaryArray, codes: dict[int, str],
                reasons: dict[int, str]) -> tuple[np.ndarray, list[int], np.ndarray]:  # fmt: skip
@@ -245,12 +257,13 @@ class RecordParser:
         table = pa.concat_tables(tables) if tables else self.schema.empty_table()
         return np.asarray(keep_idx, dtype=np.int64), table
 
-    def _read_blocks(self, values: pa.Array, idx: np.ndarray, sizes: np.ndarray, out: list, slow: list[int]) -> None:
+    def _read_blocks(self, values: pa.Array, idx: np.ndarray, sizes: np.ndarray, out: list, slow: list[int],
+                     unseen: Counter[tuple[str, str]]) -> None:  # fmt: skip
         """Read ``values[idx]`` with Arrow; bisect blocks it rejects, leaving small ones to the exact path."""
         stack = [(block, True) for block in _split_by_bytes(idx, sizes, _BLOCK_BYTES)[::-1]]
         while stack:
             block, fresh = stack.pop()
-            read = self._try_read(values.take(pa.array(block)))
+            read = self._try_read(values.take(pa.array(block)), unseen)
             if read is not None:
                 keep, table = self._check_and_convert(*read, int(sizes[block].max()))
                 if keep is not None:
@@ -286,26 +299,42 @@ class RecordParser:
         found = pc.match_substring_regex(values, "|".join(patterns))
         return found.fill_null(False).to_numpy(zero_copy_only=False)
 
-    def _try_read(self, values: pa.Array) -> tuple[pa.Table, np.ndarray] | None:
-        """The block's rows, and which values were a JSON null; None when Arrow rejects the block."""
+    def _try_read(self, values: pa.Array, unseen: Counter[tuple[str, str]]) -> tuple[pa.Table, np.ndarray] | None:
+        """The block's rows, and which values were a JSON null; None when Arrow rejects the block.
+        With ``count_unseen``, the non-null values of fields that are no column are added to
+        ``unseen`` by field and kind (records later found invalid included: a bound, not a count)."""
         # Each value becomes the line {"v":<value>}: the concatenated data buffer is
         # newline-delimited JSON in which a line yields one row or the read fails. An empty value,
         # a non-object, or two objects in one value cannot shift rows against records.
         lines = pc.binary_join_element_wise(_OPEN, values, _CLOSE, pa.scalar(b""))
         offsets, _ = _offsets_and_data(lines)
         data = lines.buffers()[2][offsets[0] : offsets[-1]]
-        try:
-            table = pa_json.read_json(
-                pa.BufferReader(data),
-                read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, data.size + 1)),
-                parse_options=self._parse_options,
-            )
-        except pa.ArrowException:
-            return None
+        read_options = pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, data.size + 1))
+        table = None
+        if self.count_unseen:
+            try:
+                table = pa_json.read_json(pa.BufferReader(data), read_options=read_options,
+                                          parse_options=self._infer_options)  # fmt: skip
+            except pa.ArrowException:
+                table = None
+        if table is None:
+            try:
+                table = pa_json.read_json(pa.BufferReader(data), read_options=read_options,
+                                          parse_options=self._parse_options)  # fmt: skip
+            except pa.ArrowException:
+                return None
         if table.num_rows != len(values):
             return None
         struct = table["v"].combine_chunks()
-        return pa.Table.from_struct_array(struct), struct.is_null().to_numpy(zero_copy_only=False)
+        read = pa.Table.from_struct_array(struct)
+        if read.num_columns > len(self._read_schema):
+            for name in read.column_names:
+                if name not in self._known:
+                    present = len(read) - read[name].null_count
+                    if present:
+                        unseen[(name, field_kind(read.schema.field(name).type))] += present
+            read = read.select(self._read_schema.names)
+        return read, struct.is_null().to_numpy(zero_copy_only=False)
 
     def _check_and_convert(self, table: pa.Table, null: np.ndarray, longest: int) -> tuple[np.ndarray | None, pa.Table]:
         """Rows Arrow read that break a rule it does not check (None when all pass), and the
@@ -374,6 +403,23 @@ class RecordParser:
                 column = column.cast(pa.date32())
             arrays.append(column)
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+def field_kind(arrow: pa.DataType) -> str:
+    """The column type a JSON field of values Arrow inferred as ``arrow`` becomes (docs/records.md,
+    "Schema evolution"): ``long``, ``double``, ``boolean`` or ``string``; ``object`` or ``array``
+    for nested values, which no column takes."""
+    if pa.types.is_integer(arrow):
+        return "long"
+    if pa.types.is_floating(arrow):
+        return "double"
+    if pa.types.is_boolean(arrow):
+        return "boolean"
+    if pa.types.is_struct(arrow):
+        return "object"
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return "array"
+    return "string"  # strings, and strings Arrow took for timestamps
 
 
 def _as_binary(values: pa.Array | pa.ChunkedArray) -> pa.BinaryArray:

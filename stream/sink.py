@@ -38,6 +38,7 @@ from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.stream import resume
 from lakecluster.stream.append import AppendBlocked, AppendTarget, commit_append
 from lakecluster.stream.avro_records import AvroRecords, NewSchemasMet
+from lakecluster.stream.batch_columns import BatchColumns, ColumnsAdded
 from lakecluster.stream.batch_task import (
     CODE,
     KEY,
@@ -59,7 +60,7 @@ from lakecluster.stream.batch_task import (
 from lakecluster.stream.parse import ParseLimits
 from lakecluster.stream.source import Source
 from lakecluster.stream.task_files import TaskFiles
-from lakecluster.table import LakeTable, LogGap, TableLog, load_or_empty, user_metadata
+from lakecluster.table import LakeTable, LogGap, TableLog, TableSpec, load_or_empty, user_metadata
 from lakecluster.table.snapshot import Unsupported, physical_names
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,6 @@ class _Done:
 _Result = tuple[TaskSummary, dict[str, ColumnSketch], int, int]  # totals, sketches, files, bytes
 
 
-
 class StreamSink:
     """Called by Spark for every micro-batch (``foreachBatch``)."""
 
@@ -124,15 +124,18 @@ class StreamSink:
         self.spec = table.spec
         self.source = source
         self.configured_columns = tuple(t.column(c) for c in t.clustering_columns)
-        self.store = table.sketches(start.stream_id)
-        self._physical = _physical_names(table)
-        self._load_sketches()
-        self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         r = config.records
         self.limits = ParseLimits(r.max_record_bytes, r.max_depth, r.max_string_chars)
         self.avro = AvroRecords.of(config, self.limits)  # records in Avro: decoded in the JVM
         if self.avro is not None:
             self.avro.prefetch(config.source.kafka.topics, config.source.kafka.schema_registry.subject_strategy)
+        # The columns the batches are read into and written with (stream.schema_evolution).
+        self.batch_columns = BatchColumns(table, spark, start.stream_id, self.avro, checkpoints=checkpoints,
+                                          before_commit=self.before_commit)  # fmt: skip
+        self.store = table.sketches(start.stream_id)
+        self._physical = _physical_names(table)
+        self._load_sketches()
+        self._sketch_file = self.store.newest()  # the file self.sketches was read from or last written as
         self.table_log = TableLog(table.delta, start.stream_id)
         self.quarantine_log: TableLog | None = None
         self._targets: tuple[AppendTarget, AppendTarget] | None = None
@@ -170,12 +173,13 @@ class StreamSink:
         since_previous = None if self._previous_start_ms is None else started_ms - self._previous_start_ms
         self._previous_start_ms = started_ms
         # The batch's progress (docs/operations.md, "Stream progress") rides in the commits it makes anyway.
-        meta_of: Callable[..., dict] = functools.partial(batch_meta, self.avro, {
+        meta_of: Callable[..., dict] = functools.partial(batch_meta, self.avro, self.batch_columns.fields_meta, {
             "stream": self.start.stream_id, "batch": batch_id, "txn": txn, "offsets": _json(offsets),
             "start_offsets": _json(resume.batch_offsets(self.table, batch_id - 1)) if batch_id else None,
             "source": self.source.kind, "started_ms": started_ms, "since_previous_ms": since_previous,
         })  # fmt: skip
         done = _Done(table_done, quarantine_done)
+        self.batch_columns.added = []
         result = None
         while result is None:
             try:
@@ -183,6 +187,8 @@ class StreamSink:
             except NewSchemasMet as e:
                 log.info("batch %d: schema id(s) %s met for the first time; decoding the batch again", batch_id,
                          ", ".join(map(str, e.schema_ids)))  # fmt: skip
+            except ColumnsAdded as e:
+                log.info("batch %d: columns %s added to the table; reading the batch again", batch_id, e)
         total, merged, files, written = result
         if not sketch_done:
             # A file another process wrote since this batch began (the compactor's rebuild after a
@@ -195,7 +201,7 @@ class StreamSink:
             sketches_at = time.time()
 
         if self.after_commit is not None and not table_done:
-            self._after_commit()
+            after_commit(self.after_commit)
         self._report(BatchReport(
             batch_id=batch_id, rows=total.rows if not table_done else 0,
             quarantined=total.quarantined if not quarantine_done else 0, files=files, bytes_written=written,
@@ -207,6 +213,9 @@ class StreamSink:
     def _pass(self, batch_df: DataFrame, batch_id: int, txn: int, done: _Done, sketch_done: bool,
               meta_of: Callable[..., dict]) -> _Result:  # fmt: skip
         """The batch read, written and committed: by its tasks when they may write, else by Delta's writer."""
+        if self.batch_columns.follow_table():
+            self._targets = None  # the files' schema changed
+            self.sketch_columns = self._sketched()
         records = batch_df if self.avro is None else self.avro.decode(batch_df)
         if self._writes_in_tasks():
             try:
@@ -245,22 +254,27 @@ class StreamSink:
         sketches of a layout it adopted or was given (built once from the table,
         compaction/table_sketches.py); the stream keeps them up to date with its batches, as it
         does its own, so their boundaries follow the data for as long as the layout is in use."""
-        declared = {c.name: c for c in self.config.table.columns if c.name not in self.config.table.partition_by}
+        declared = {c.name: c for c in self.columns if c.name not in self.config.table.partition_by}
         mine = {c.name for c in self.configured_columns}
         extra = tuple(declared[name] for name, sketch in self.sketches.sketches.items()
                       if name in declared and name not in mine
                       and sketch.kind == sketch_kind(declared[name]))  # fmt: skip
         return self.configured_columns + extra
 
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.batch_columns.columns
+
     def _task_spec(self, sketch_done: bool, files: TaskFiles | None = None) -> TaskSpec:
         return TaskSpec(
-            columns=self.config.table.columns,
+            columns=self.columns,
             sketch_columns=self.sketch_columns,
             sketch_k=self.config.sketches.k,
             sketch_max_string_chars=self.config.sketches.max_string_chars,
             build_sketches=not sketch_done,
             parse_json=self.source.quarantines and self.avro is None,
             decoded=self.avro is not None,
+            count_unseen=self.source.quarantines and self.avro is None,
             limits=self.limits,
             layout=write_layout(self.config, self.sketches, self.configured_columns),
             quarantine_floor=self.start.quarantine_floor,
@@ -272,7 +286,8 @@ class StreamSink:
         if not self.config.stream.write_in_tasks:
             return False
         if self._targets is None:
-            self._targets = (AppendTarget.of(self.spark, self.table.delta, self.spec.ddl, self.spec.partition_by),
+            ddl = TableSpec.of_columns(self.columns, self.spec.partition_by).ddl
+            self._targets = (AppendTarget.of(self.spark, self.table.delta, ddl, self.spec.partition_by),
                              AppendTarget.of(self.spark, self.table.quarantine, QUARANTINE_DDL, ()))  # fmt: skip
         targets = self._targets[: 2 if self.source.quarantines else 1]
         facts = [t.facts(self.spark) for t in targets]
@@ -310,6 +325,7 @@ class StreamSink:
         total, merged = summaries([r[SUMMARY] for r in rows if r[KIND] == SUMMARY_ROW])
         if self.avro is not None:  # new schema ids: the batch is decoded again, these files never committed
             self.avro.check(total.schema_ids)
+        self.batch_columns.evolve(total, batch_id)  # new columns: the batch is read again, these files never committed
         table_files, quarantine_files = written_files([r for r in rows if r[KIND] != SUMMARY_ROW])
         crash_point(f"before_commit:{batch_id}")
         # The commit's own duration ends at the timestamp Delta gives it (status reads both).
@@ -342,12 +358,13 @@ class StreamSink:
             job_ms = int((time.monotonic() - job_started) * 1000)
             if self.avro is not None:
                 self.avro.check(total.schema_ids)
+            self.batch_columns.evolve(total, batch_id)
             crash_point(f"before_commit:{batch_id}")
             # Delta's writer writes and commits in one call after this: neither is timed apart.
             meta = user_metadata(**meta_of(total, job_ms=job_ms))
             if total.quarantined and not done.quarantine:
                 self.before_commit()
-                self._write_quarantine(parsed, batch_id, txn, meta)
+                write_quarantine(parsed, self.table.quarantine.uri, self.start.stream_id, batch_id, txn, meta)
             crash_point(f"after_quarantine_commit:{batch_id}")
             files, written = 0, 0
             if not done.table:
@@ -358,16 +375,6 @@ class StreamSink:
         finally:
             parsed.unpersist()
 
-    def _write_quarantine(self, parsed: DataFrame, batch_id: int, txn: int, meta: str) -> None:
-        bad = parsed.where(F.col(KIND) == QUARANTINE).select(
-            *[name for name, _, _ in SOURCE_FIELDS],
-            F.col(CODE).alias("reason_code"), F.col(REASON).alias("reason"),
-            F.current_timestamp().alias("quarantined_at"), F.lit(self.start.stream_id).alias("stream_id"),
-            F.lit(batch_id).cast("bigint").alias("stream_batch_id"),
-        )  # fmt: skip
-        (bad.write.format("delta").mode("append").option("txnAppId", self.start.stream_id)
-         .option("txnVersion", txn).option("userMetadata", meta).save(self.table.quarantine.uri))  # fmt: skip
-
     def _write_table(self, parsed: DataFrame, txn: int, meta: str) -> tuple[int, int]:
         rows = parsed.where(F.col(KIND) == ROW)
         if self.config.stream.cluster_on_write:
@@ -375,34 +382,50 @@ class StreamSink:
             # losing the curve order inside each file.
             rows = rows.sortWithinPartitions(*self.spec.partition_by, KEY)
         before = self.table_log.version  # brought up to date by _committed, just before
-        (rows.select(*[c.name for c in self.config.table.columns]).write.format("delta").mode("append")
+        (rows.select(*[c.name for c in self.columns]).write.format("delta").mode("append")
          .option("txnAppId", self.start.stream_id).option("txnVersion", txn).option("userMetadata", meta)
          .option("maxRecordsPerFile", self.config.stream.max_records_per_file)
          .save(self.table.uri))  # fmt: skip
         self.table_log.refresh()
         return files_written(self.table_log, before, meta)
 
-    def _after_commit(self) -> None:
-        """The ``after_commit`` hook (the index sync of ``index.sync_after_stream``). A failure is
-        logged, never fails the batch: the table is committed, and the index catches up later."""
-        assert self.after_commit is not None
-        try:
-            self.after_commit()
-        except Exception:
-            log.warning("column-stats index sync after batch failed; the next sync catches up", exc_info=True)
-
     def _report(self, report: BatchReport) -> None:
         if self.on_batch is not None:
             self.on_batch(report)
 
 
-def batch_meta(avro: AvroRecords | None, base: dict, total: TaskSummary, **more: object) -> dict:
+def batch_meta(avro: AvroRecords | None, fields: Callable[[TaskSummary], dict], base: dict, total: TaskSummary,
+               **more: object) -> dict:  # fmt: skip
     """A micro-batch's progress, for its commits' ``userMetadata``: ``base`` (where it read), its
-    counts and phases, and for Avro records the writer schemas it met (``status`` shows them)."""
+    counts and phases, for Avro records the writer schemas it met, and the fields of its records
+    that are no column, were added as one, or held values of another type (``status`` shows them)."""
     meta = {**base, "rows": total.rows, "quarantined": total.quarantined, "phases_ms": total.phases_ms(), **more}
     if avro is not None:
         meta["schemas"] = avro.describe(total.schema_ids)
+    if found := fields(total):
+        meta["fields"] = found
     return meta
+
+
+def after_commit(hook: Callable[[], object]) -> None:
+    """The ``after_commit`` hook (the index sync of ``index.sync_after_stream``). A failure is
+    logged, never fails the batch: the table is committed, and the index catches up later."""
+    try:
+        hook()
+    except Exception:
+        log.warning("column-stats index sync after batch failed; the next sync catches up", exc_info=True)
+
+
+def write_quarantine(parsed: DataFrame, uri: str, stream_id: str, batch_id: int, txn: int, meta: str) -> None:
+    """The quarantined records of a persisted parse (Delta's writer, the stream's app transaction)."""
+    bad = parsed.where(F.col(KIND) == QUARANTINE).select(
+        *[name for name, _, _ in SOURCE_FIELDS],
+        F.col(CODE).alias("reason_code"), F.col(REASON).alias("reason"),
+        F.current_timestamp().alias("quarantined_at"), F.lit(stream_id).alias("stream_id"),
+        F.lit(batch_id).cast("bigint").alias("stream_batch_id"),
+    )  # fmt: skip
+    (bad.write.format("delta").mode("append").option("txnAppId", stream_id)
+     .option("txnVersion", txn).option("userMetadata", meta).save(uri))  # fmt: skip
 
 
 def write_layout(

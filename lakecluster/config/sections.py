@@ -169,6 +169,11 @@ class StreamConfig:
     lag_interval_s: float = 15.0
     # On SIGTERM / Ctrl-C, how long the micro-batch in flight may take to commit before it is abandoned.
     stop_timeout_s: float = 10.0
+    # A field of the records that is no column: "none" keeps its values out (a warning, a metric);
+    # "add_columns" adds it to the table as a nullable column (docs/records.md, "Schema evolution").
+    schema_evolution: Literal["none", "add_columns"] = "none"
+    # A JSON key becomes a column once this many records carried it (an Avro field at its schema's first record).
+    schema_evolution_min_records: int = 100
 
 
 @dataclass(frozen=True)

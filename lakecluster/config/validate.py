@@ -48,6 +48,8 @@ def validate(config: Config) -> None:
                           f"must be at most {MAX_STOP_TIMEOUT_S:g} s, got {s.stop_timeout_s:g}")  # fmt: skip
     if s.lag_interval_s < 0:
         raise ConfigError("stream.lag_interval_s", "must be >= 0 (0: off)")
+    if s.schema_evolution_min_records < 1:
+        raise ConfigError("stream.schema_evolution_min_records", f"must be >= 1, got {s.schema_evolution_min_records}")
     if s.id is not None and not _STREAM_ID.match(s.id):
         raise ConfigError("stream.id", f"1-100 characters of letters, digits and _.:- ; got {s.id!r}")
 

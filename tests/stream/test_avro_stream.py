@@ -189,8 +189,8 @@ def test_exactly_once_across_a_schema_change_and_a_kill_in_the_middle_of_it(  # 
                           kafka_extra=extra)  # fmt: skip
     env = subprocess_env(LAKECLUSTER_TEST_CRASH_AT="after_quarantine_commit:1")
     with open(tmp_path / "first.log", "wb") as log:
-        died = subprocess.run(lakecluster_cmd("--config", str(cfg), "stream", "--available-now"), stdout=log,
-                              stderr=subprocess.STDOUT, env=env, timeout=300)  # fmt: skip
+        command = lakecluster_cmd("--config", str(cfg), "--set=metrics.port=0", "stream", "--available-now")
+        died = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=300)
     assert died.returncode == 137, (tmp_path / "first.log").read_text()[-3000:]
     config = load_config(cfg, environ={})
     assert len(read_delta(LakeTable(config).quarantine.uri)) == len(bad), "batch 1's quarantine was committed"
