@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lakecluster.schema import ColumnSpec, spark_sql_type
-from lakecluster.stream.batch_task import DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID
+from lakecluster.stream.batch_task import DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID, DECODED_VALUE_BYTES
 from lakecluster.stream.parse import ReasonCode
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ def _column_read(column: ColumnSpec, writer: Any | None) -> ColumnRead | None:
     return None
 
 
-CODE, REASON, SCHEMA_ID = DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID
+CODE, REASON, SCHEMA_ID, VALUE_BYTES = DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID, DECODED_VALUE_BYTES
 
 
 def decode(
@@ -302,8 +302,13 @@ def decode(
         reason = F.when(broken == 0, cases[0][2])
         for k, (_, case_code, case_reason) in enumerate(cases[1:], start=1):
             code, reason = code.when(broken == k, F.lit(case_code.value)), reason.when(broken == k, case_reason)
-    return second.select(*keep, *[F.when(broken.isNull(), F.col(c.name)).alias(c.name) for c in columns],
-                         code.alias(CODE), reason.alias(REASON), SCHEMA_ID)  # fmt: skip
+    # Only a quarantined record needs its raw key and value downstream: the others cross to the
+    # Python tasks without them (the value's length rides along, for the bytes read).
+    raw_columns = {"key", value}
+    passed = [F.when(broken.isNotNull(), F.col(k)).alias(k) if k in raw_columns else F.col(k) for k in keep]
+    return second.select(*passed, *[F.when(broken.isNull(), F.col(c.name)).alias(c.name) for c in columns],
+                         code.alias(CODE), reason.alias(REASON), SCHEMA_ID,
+                         F.length(F.col(value)).alias(VALUE_BYTES))  # fmt: skip
 
 
 def _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_record_bytes, max_string_chars):  # type: ignore[no-untyped-def]

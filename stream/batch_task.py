@@ -33,6 +33,8 @@ from lakecluster.stream.task_files import BufferedFiles, TaskFiles
 KIND, KEY, CODE, REASON, SUMMARY = "_lc_kind", "_lc_key", "_lc_code", "_lc_reason", "_lc_summary"
 # Columns a JVM decoder (stream/avro.py) adds beside the raw record.
 DECODED_CODE, DECODED_REASON, DECODED_SCHEMA_ID = "_lc_avro_code", "_lc_avro_reason", "_lc_schema_id"
+# The length of a decoded record's value: only a quarantined record's raw key and value cross to the task.
+DECODED_VALUE_BYTES = "_lc_value_bytes"
 ROW, QUARANTINE, SUMMARY_ROW, TABLE_FILE, QUARANTINE_FILE = 0, 1, 2, 3, 4
 # One row per file a task wrote (``TaskSpec.files``), and the summary row.
 FILE_SCHEMA = pa.schema([
@@ -249,13 +251,14 @@ def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, s
         codes = pa.nulls(n, pa.string())
         reasons = codes
     else:
-        values = source["value"].combine_chunks()
-        summary.value_bytes += int(pc.sum(pc.binary_length(values)).as_py() or 0)
         if parser is not None:
+            values = source["value"].combine_chunks()
+            summary.value_bytes += int(pc.sum(pc.binary_length(values)).as_py() or 0)
             parsed = parser.parse(values)
             typed, codes, reasons = parsed.table, parsed.codes, parsed.reasons
             summary.unseen.update(parsed.unseen)
         else:
+            summary.value_bytes += int(pc.sum(source[DECODED_VALUE_BYTES]).as_py() or 0)
             columns = [source[c.name].cast(arrow_type(c)) for c in spec.columns]
             typed = pa.table(columns, schema=arrow_schema(spec.columns))
             codes, reasons = source[DECODED_CODE].combine_chunks(), source[DECODED_REASON].combine_chunks()

@@ -72,10 +72,12 @@ def test_three_schema_versions_interleaved_land_and_bad_records_are_quarantined(
     config = load_config(kr.write_config(tmp_path / "c.toml", bootstrap=broker.bootstrap, topic=topic, table=table,
                                          max_offsets=1000, kafka_extra=extra))  # fmt: skip
 
-    StreamJob(config, spark=spark, available_now=True).run()
+    reports = StreamJob(config, spark=spark, available_now=True).run()
 
     rows = read_delta(table).to_pylist()
     assert {r["id"]: (r["city"], r["qty"], r["amount"]) for r in rows} == expected
+    # Every record's bytes are counted, though only quarantined ones carry theirs to the tasks.
+    assert sum(r.value_bytes for r in reports) == sum(len(m.value) for m in records if m.value is not None)
     assert all(r["day"] == day for r in rows) and len(rows) == len(expected)
     quarantine = read_delta(LakeTable(config).quarantine.uri).to_pylist()
     assert {q["raw_value"]: q["reason_code"] for q in quarantine} == bad

@@ -18,6 +18,10 @@ from deltalake import DeltaTable
 
 from lakecluster import metrics
 from lakecluster.config import load_config
+from lakecluster.index.prune import prune
+from lakecluster.index.reader import read_candidates
+from lakecluster.index.spec import IndexSpec
+from lakecluster.index.sync import sync
 from lakecluster.schema import ColumnSpec
 from lakecluster.stream.avro import column_type_of, plan_schema
 from lakecluster.stream.job import StreamJob
@@ -194,6 +198,11 @@ def test_a_json_key_seen_often_enough_becomes_a_column_that_compaction_keeps(  #
             break
     assert len(DeltaTable(str(tmp_path / "orders")).file_uris()) < files_before
     assert {r["id"]: r["discount"] for r in read_delta(tmp_path / "orders").to_pylist()} == expected
+    # The column-stats index syncs over the new schema, and a query on the new column reads its rows.
+    spec = IndexSpec.for_location(LakeTable(config))
+    sync(spec)
+    where = "discount >= 50 AND city = 'LYON'"
+    assert read_candidates(spark, spec, prune(spec, where, index="stored")).where(where).count() == 20
 
 
 @pytest.mark.integration
