@@ -23,8 +23,10 @@ from lakecluster.schema import ColumnSpec
 
 log = logging.getLogger(__name__)
 
-# Names a column may be given without column mapping, and that every reader quotes the same way.
+# Names a column may be given without column mapping, and that every reader quotes the same way;
+# the stream's own working columns start with one of RESERVED_PREFIXES.
 ADDABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+RESERVED_PREFIXES = ("_lc_", "__lakecluster")
 # The fields exported under their own name; further ones are counted under OTHER_FIELDS (a
 # producer writing ids as keys must not make a series per id).
 MAX_FIELDS_EXPORTED = 50
@@ -121,6 +123,8 @@ class SchemaFollower:
                 why = f"differs from the column {folded[name.lower()]} only in case: its values are not kept"
             elif not ADDABLE_NAME.match(name):
                 why = "is not a name a column can have (letters, digits and _): its values are not kept"
+            elif name.lower().startswith(RESERVED_PREFIXES):
+                why = "starts as lakecluster's working columns do (_lc_): its values are not kept"
             elif column_type is None:
                 kinds = ", ".join(sorted(self.kinds[name]))
                 why = f"holds values no one column type takes ({kinds}): its values are not kept"

@@ -101,6 +101,10 @@ def test_three_schema_versions_interleaved_and_every_bad_record_coded(spark) -> 
         ("string_too_long", wire(V2, 12, {"id": 10, "qty": 1, "city": "é" * 200, "day": dt.date(2026, 1, 1), "ts": ts,
                                          "price": decimal.Decimal("1.000"), "note": []})),
         ("type_mismatch", wire(record("Order", ("id", "string")), 14, {"id": "eleven"})),
+        # A day and an instant past the year 9999, as the int and long Avro allows.
+        ("invalid_date", wire(V2, 12, {"id": 12, "qty": 1, "city": "a", "day": 2_932_897, "ts": ts,
+                                       "price": decimal.Decimal("1.000"), "note": []})),
+        ("invalid_timestamp", wire(V1, 11, {"id": 13, "qty": 1, "city": "LYON", "ts": 253_402_300_800_000})),
     ]  # fmt: skip
     values = [v for v, _ in good[:2]] + [v for _, v in bad] + [v for v, _ in good[2:]]
     frame = spark.createDataFrame([(v, i) for i, v in enumerate(values)], "value binary, position int")
@@ -124,6 +128,7 @@ def test_three_schema_versions_interleaved_and_every_bad_record_coded(spark) -> 
     assert rows[6][SCHEMA_ID] == 99 and "99" in rows[6][REASON]
     assert "field qty" in rows[8][REASON] and "3000000000" in rows[8][REASON]
     assert "schema 14" in rows[11][REASON] and "field id" in rows[11][REASON]
+    assert "field day" in rows[12][REASON] and "field ts" in rows[13][REASON]
 
 
 def test_a_required_column_null_in_a_record_is_missing_required(spark) -> None:  # type: ignore[no-untyped-def]

@@ -146,12 +146,13 @@ def _same(a: object, b: object) -> bool:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(any_value, min_size=1, max_size=25), LIMITS, EXACT_BELOW)
+@given(st.lists(any_value, min_size=1, max_size=25), LIMITS, EXACT_BELOW, st.booleans())
 def test_every_record_is_one_row_or_one_coded_quarantine_entry(
-    values: list[bytes | None], limits: ParseLimits, exact_below: int
+    values: list[bytes | None], limits: ParseLimits, exact_below: int, count_unseen: bool
 ) -> None:
+    """Whether or not fields that are no column are counted (Arrow then infers them in its read)."""
     with mock.patch.object(parse_module, "_EXACT_BELOW", exact_below):
-        parsed = RecordParser(COLUMNS, limits).parse(pa.array(values, pa.binary()))
+        parsed = RecordParser(COLUMNS, limits, count_unseen=count_unseen).parse(pa.array(values, pa.binary()))
     # Valid UTF-8 everywhere, and the values come back out as Python objects.
     parsed.table.validate(full=True)
     parsed.codes.validate(full=True)
