@@ -247,7 +247,10 @@ def _parse(spec: TaskSpec, parser: RecordParser | None, batch: pa.RecordBatch, s
     n = batch.num_rows
     source = pa.Table.from_batches([batch])
     if parser is None and not spec.decoded:  # typed rows (the generator): every row is valid
-        typed = source.select([c.name for c in spec.columns])
+        # A column the rows lack (another writer's, which the stream writes with add_columns) is null.
+        names = set(source.column_names)
+        typed = pa.table({c.name: source[c.name] if c.name in names else pa.nulls(n, arrow_type(c))
+                          for c in spec.columns})  # fmt: skip
         codes = pa.nulls(n, pa.string())
         reasons = codes
     else:

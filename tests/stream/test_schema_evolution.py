@@ -310,3 +310,21 @@ def test_a_kill_between_adding_a_column_and_committing_its_batch_loses_and_repea
     rows = read_delta(tmp_path / "orders").to_pylist()
     assert len(rows) == 300 and {r["id"]: r["discount"] for r in rows} == {i: i if i >= 100 else None
                                                                             for i in range(300)}  # fmt: skip
+
+
+@pytest.mark.integration
+def test_columns_another_writer_added_are_written_as_null_by_a_stream_whose_rows_lack_them(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path
+) -> None:
+    """add_columns reads and writes the table's columns, whoever added them: the generator's typed
+    rows lack a column another writer added, and the stream writes it as null beside them."""
+    from tests.generated_tables import fill, generator_config
+
+    path = tmp_path / "lineorder"
+    fill(spark, generator_config(path, rows=2_000, per_batch=1_000))
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (note STRING, score DOUBLE)")
+    config = generator_config(path, rows=4_000, per_batch=1_000, **{"stream.schema_evolution": '"add_columns"'})
+    fill(spark, config)
+    table = read_delta(path)
+    assert table.num_rows == 4_000 and {"note", "score"} <= set(table.column_names)
+    assert table["note"].null_count == table["score"].null_count == 4_000
