@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from lakecluster import delta_txn
 from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.commit import Transaction, commit, marked
-from lakecluster.schema import ColumnSpec, spark_sql_type
-from lakecluster.table import DeltaLocation
+from lakecluster.schema import ColumnSpec
+from lakecluster.table import DeltaLocation, TableSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,8 +57,7 @@ class AddColumnsCommit:
         if not missing:
             return False
         jvm = txn.jvm
-        ddl = ", ".join(f"`{c.name}` {spark_sql_type(c)}" for c in missing)
-        schema["fields"] = [*schema.get("fields", []), *delta_txn.expected_fields(jvm, ddl)]
+        schema["fields"] = [*schema.get("fields", []), *delta_txn.expected_fields(jvm, _ddl(missing))]
         action = json.loads(txn.txn.metadata().json())
         action["metaData"]["schemaString"] = json.dumps(schema, separators=(",", ":"))
         metadata = jvm.lakecluster.delta.ActionLines.parse(json.dumps(action)).get(0)
@@ -71,8 +70,7 @@ class AddColumnsCommit:
     def operation(self, jvm: Any) -> Any:
         delta = jvm.org.apache.spark.sql.delta
         logged = getattr(delta, "DeltaOperations$QualifiedColTypeWithPositionForLog")
-        struct = jvm.org.apache.spark.sql.types.StructType.fromDDL(
-            ", ".join(f"`{c.name}` {spark_sql_type(c)}" for c in self.columns))  # fmt: skip
+        struct = jvm.org.apache.spark.sql.types.StructType.fromDDL(_ddl(self.columns))
         none = jvm.scala.Option.empty()
         added = [logged(delta_txn.seq(jvm, []), f, none) for f in struct.fields()]
         return getattr(delta, "DeltaOperations$AddColumns")(delta_txn.seq(jvm, added))
@@ -90,6 +88,11 @@ class AddColumnsCommit:
 
     def landed_in(self, actions: Sequence[dict]) -> bool:
         return marked(actions, MARK, self.attempt)
+
+
+def _ddl(columns: Sequence[ColumnSpec]) -> str:
+    """The columns as Spark DDL, nullable (the columns added are never required)."""
+    return TableSpec.of_columns([ColumnSpec(c.name, c.type) for c in columns]).ddl
 
 
 def add_columns(spark: SparkSession, location: DeltaLocation, columns: Sequence[ColumnSpec], *, stream_id: str,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from lakecluster import metrics
 from lakecluster.checkpoints import BackgroundCheckpoints
+from lakecluster.stream import resume
 from lakecluster.stream.add_columns import add_columns
 from lakecluster.stream.append import table_facts
 from lakecluster.stream.avro_records import AvroRecords
@@ -110,7 +111,7 @@ class BatchColumns:
 def _carried_counts(table: LakeTable, stream_id: str) -> dict:
     """The counts of fields that are no column yet which the stream's last commit kept."""
     try:
-        last = table.delta.last_commit_of(lambda m: m.get("stream") == stream_id and "offsets" in m)
+        last = table.delta.last_commit_of(resume.batch_commit_of(stream_id))
     except (Unsupported, LogGap):
         return {}
     counted = ((last or {}).get("fields") or {}).get("counted")

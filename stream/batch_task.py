@@ -83,8 +83,6 @@ class TaskSpec:
     # Kafka records decoded in the JVM (Avro, stream/avro.py): their typed columns, reason code and
     # reason ride beside the raw record; nothing is parsed here.
     decoded: bool = False
-    # JSON records: count the top-level fields that are no column (stream/schema_evolution.py).
-    count_unseen: bool = False
 
 
 PHASES = ("read", "parse", "write")  # a task's phases, as TaskSummary.phase_ns counts them
@@ -146,7 +144,8 @@ def output_ddl(spec: TaskSpec) -> str:
 def run_task(spec: TaskSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     schema = output_schema(spec)
     sketches = {c.name: _new_sketch(c, spec) for c in spec.sketch_columns} if spec.build_sketches else {}
-    parser = RecordParser(spec.columns, spec.limits, count_unseen=spec.count_unseen) if spec.parse_json else None
+    # JSON records: the top-level fields that are no column are counted too (stream/schema_evolution.py).
+    parser = RecordParser(spec.columns, spec.limits, count_unseen=True) if spec.parse_json else None
     summary = TaskSummary()
     files = _TaskWriters(spec) if spec.files is not None else None
     phase = summary.phase_ns

@@ -309,21 +309,10 @@ class RecordParser:
         lines = pc.binary_join_element_wise(_OPEN, values, _CLOSE, pa.scalar(b""))
         offsets, _ = _offsets_and_data(lines)
         data = lines.buffers()[2][offsets[0] : offsets[-1]]
-        read_options = pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, data.size + 1))
-        table = None
-        if self.count_unseen:
-            try:
-                table = pa_json.read_json(pa.BufferReader(data), read_options=read_options,
-                                          parse_options=self._infer_options)  # fmt: skip
-            except pa.ArrowException:
-                table = None
+        table = _read_json(data, self._infer_options) if self.count_unseen else None
         if table is None:
-            try:
-                table = pa_json.read_json(pa.BufferReader(data), read_options=read_options,
-                                          parse_options=self._parse_options)  # fmt: skip
-            except pa.ArrowException:
-                return None
-        if table.num_rows != len(values):
+            table = _read_json(data, self._parse_options)
+        if table is None or table.num_rows != len(values):
             return None
         struct = table["v"].combine_chunks()
         read = pa.Table.from_struct_array(struct)
@@ -403,6 +392,15 @@ class RecordParser:
                 column = column.cast(pa.date32())
             arrays.append(column)
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+def _read_json(data: pa.Buffer, options: pa_json.ParseOptions) -> pa.Table | None:
+    """Newline-delimited JSON ``data`` read in one block; None when Arrow rejects it."""
+    read_options = pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, data.size + 1))
+    try:
+        return pa_json.read_json(pa.BufferReader(data), read_options=read_options, parse_options=options)
+    except pa.ArrowException:
+        return None
 
 
 def field_kind(arrow: pa.DataType) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,16 @@ def txn_version(table: DeltaTable | None, stream_id: str) -> int | None:
     return table.transaction_version(stream_id)
 
 
+def batch_commit_of(stream_id: str) -> Callable[[dict], bool]:
+    """Whether a commit's lakecluster metadata is one of the stream's micro-batches (it records
+    the offsets read), for ``DeltaLocation.last_commit_of``."""
+
+    def mine(meta: dict) -> bool:
+        return meta.get("stream") == stream_id and "offsets" in meta
+
+    return mine
+
+
 def prepare(
     table: LakeTable,
     *,
@@ -118,9 +129,7 @@ def prepare(
     versions = [v for v in (txn_version(snapshot, stream_id), txn_version(q_snapshot, stream_id)) if v is not None]
     base = max(versions) + 1 if versions else 0
 
-    def mine(meta: dict) -> bool:
-        return meta.get("stream") == stream_id and "offsets" in meta
-
+    mine = batch_commit_of(stream_id)
     last = table.delta.last_commit_of(mine, table=snapshot) if snapshot is not None else None
     floor: dict[tuple[str, int], int] = {}
     if last is None:

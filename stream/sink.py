@@ -274,7 +274,6 @@ class StreamSink:
             build_sketches=not sketch_done,
             parse_json=self.source.quarantines and self.avro is None,
             decoded=self.avro is not None,
-            count_unseen=self.source.quarantines and self.avro is None,
             limits=self.limits,
             layout=write_layout(self.config, self.sketches, self.configured_columns),
             quarantine_floor=self.start.quarantine_floor,
