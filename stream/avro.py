@@ -247,68 +247,86 @@ def decode(
     """``frame`` with the table's ``columns`` (typed as the table) decoded from its binary column
     ``value``, the record's reason code and reason (:data:`CODE`, :data:`REASON`: null for a
     record that becomes a row) and its schema id (:data:`SCHEMA_ID`: null without a Confluent
-    header) added.
+    header) added. Needs the spark-avro jar on the session's class path."""
+    return Decoder.of(frame.columns, value, plans, columns, max_record_bytes=max_record_bytes,
+                      max_string_chars=max_string_chars)(frame)  # fmt: skip
 
-    The first projection decodes each record once, with the plan of its schema id (one struct
-    column per writer schema, null in the other rows); the second reads the columns and the rules
-    from those structs (Spark does not merge the two, as that would decode again per reference).
-    Needs the spark-avro jar on the session's class path.
+
+@dataclass(frozen=True)
+class Decoder:
+    """The projections :func:`decode` applies, built once for a set of plans and reused for every
+    micro-batch with the same source columns (building them is some hundreds of calls into the JVM).
+
+    The first projection finds the schema id; the second decodes each record once, with the plan of
+    its schema id (one struct column per writer schema, null in the other rows); the third reads the
+    columns and finds the first rule a record breaks from those structs (Spark does not merge it
+    with the second, as that would decode again per reference); the fourth takes that rule's code
+    and reason (only a broken rule's reason is built).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
 
-    raw = F.col(value)
-    has_header = (F.length(raw) >= HEADER_BYTES) & (F.substring(raw, 1, 1) == F.lit(bytes([MAGIC])))
-    schema_id = F.when(has_header & (F.length(raw) <= max_record_bytes),
-                       F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("long"))  # fmt: skip
-    body = F.expr(f"substring(`{value}`, {HEADER_BYTES + 1})")
-    decodable = {i: p for i, p in sorted(plans.items()) if p.refusal is None}
-    structs = {i: f"_lc_avro_{i}" for i in decodable}
-    keep = list(frame.columns)
-    if decodable:
-        first = frame.withColumn(SCHEMA_ID, schema_id).select(*keep, SCHEMA_ID, *[
+    projections: tuple[tuple[Any, ...], ...]
+
+    def __call__(self, frame: DataFrame) -> DataFrame:
+        for projection in self.projections:
+            frame = frame.select(*projection)
+        return frame
+
+    @classmethod
+    def of(
+        cls, source_columns: Sequence[str], value: str, plans: Mapping[int, SchemaPlan], columns: Sequence[ColumnSpec],
+        *, max_record_bytes: int, max_string_chars: int,
+    ) -> Decoder:  # fmt: skip
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import from_avro
+
+        raw = F.col(value)
+        has_header = (F.length(raw) >= HEADER_BYTES) & (F.substring(raw, 1, 1) == F.lit(bytes([MAGIC])))
+        schema_id = F.when(has_header & (F.length(raw) <= max_record_bytes),
+                           F.conv(F.hex(F.substring(raw, 2, 4)), 16, 10).cast("long"))  # fmt: skip
+        body = F.expr(f"substring(`{value}`, {HEADER_BYTES + 1})")
+        decodable = {i: p for i, p in sorted(plans.items()) if p.refusal is None}
+        structs = {i: f"_lc_avro_{i}" for i in decodable}
+        keep = list(source_columns)
+        header = (*keep, schema_id.alias(SCHEMA_ID))
+        decoded = (*keep, SCHEMA_ID, *[
             F.when(F.col(SCHEMA_ID) == F.lit(i), from_avro(body, json.dumps(p.writer), {
                 "avroSchema": json.dumps(p.reader), "mode": "PERMISSIVE"})).alias(structs[i])
             for i, p in decodable.items()])  # fmt: skip
-    else:
-        first = frame.withColumn(SCHEMA_ID, schema_id)
 
-    def field(i: int, name: str) -> Any:
-        return F.col(structs[i])[name]
+        def field(i: int, name: str) -> Any:
+            return F.col(structs[i])[name]
 
-    typed = {}
-    for column in columns:
-        target = spark_sql_type(column)
-        reads = [(i, r) for i, p in decodable.items() for r in p.reads if r.column == column and r.reader_type]
-        values = [field(i, column.name).try_cast(target) for i, _ in reads]
-        typed[column.name] = F.coalesce(*values, F.lit(None).cast(target)) if values else F.lit(None).cast(target)
-    flags = [field(i, DECODED_FLAG) for i in decodable]
-    decoded_flag = F.coalesce(*flags) if flags else F.lit(None).cast("boolean")
-    cases = _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_record_bytes, max_string_chars)
-    # The second projection finds the first rule a record breaks (one pass over the conditions);
-    # the third takes that rule's code and reason (only a broken rule's reason is built) and
-    # leaves a quarantined record without column values, as with JSON.
-    rule = F.lit(None).cast("int")
-    if cases:
-        rule = F.when(cases[0][0], F.lit(0))
-        for k, (condition, _, _) in enumerate(cases[1:], start=1):
-            rule = rule.when(condition, F.lit(k))
-    second = first.select(*keep, SCHEMA_ID, *structs.values(), *[typed[c.name].alias(c.name) for c in columns],
-                          rule.alias(_RULE))  # fmt: skip
-    broken = F.col(_RULE)
-    code, reason = F.lit(None).cast("string"), F.lit(None).cast("string")
-    if cases:
-        code = F.when(broken == 0, F.lit(cases[0][1].value))
-        reason = F.when(broken == 0, cases[0][2])
-        for k, (_, case_code, case_reason) in enumerate(cases[1:], start=1):
-            code, reason = code.when(broken == k, F.lit(case_code.value)), reason.when(broken == k, case_reason)
-    # Only a quarantined record needs its raw key and value downstream: the others cross to the
-    # Python tasks without them (the value's length rides along, for the bytes read).
-    raw_columns = {"key", value}
-    passed = [F.when(broken.isNotNull(), F.col(k)).alias(k) if k in raw_columns else F.col(k) for k in keep]
-    return second.select(*passed, *[F.when(broken.isNull(), F.col(c.name)).alias(c.name) for c in columns],
-                         code.alias(CODE), reason.alias(REASON), SCHEMA_ID,
-                         F.length(F.col(value)).alias(VALUE_BYTES))  # fmt: skip
+        typed = {}
+        for column in columns:
+            target = spark_sql_type(column)
+            reads = [(i, r) for i, p in decodable.items() for r in p.reads if r.column == column and r.reader_type]
+            values = [field(i, column.name).try_cast(target) for i, _ in reads]
+            typed[column.name] = F.coalesce(*values, F.lit(None).cast(target)) if values else F.lit(None).cast(target)
+        flags = [field(i, DECODED_FLAG) for i in decodable]
+        decoded_flag = F.coalesce(*flags) if flags else F.lit(None).cast("boolean")
+        cases = _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_record_bytes, max_string_chars)
+        rule = F.lit(None).cast("int")
+        if cases:
+            rule = F.when(cases[0][0], F.lit(0))
+            for k, (condition, _, _) in enumerate(cases[1:], start=1):
+                rule = rule.when(condition, F.lit(k))
+        checked = (*keep, SCHEMA_ID, *structs.values(), *[typed[c.name].alias(c.name) for c in columns],
+                   rule.alias(_RULE))  # fmt: skip
+        broken = F.col(_RULE)
+        code, reason = F.lit(None).cast("string"), F.lit(None).cast("string")
+        if cases:
+            code = F.when(broken == 0, F.lit(cases[0][1].value))
+            reason = F.when(broken == 0, cases[0][2])
+            for k, (_, case_code, case_reason) in enumerate(cases[1:], start=1):
+                code, reason = code.when(broken == k, F.lit(case_code.value)), reason.when(broken == k, case_reason)
+        # Only a quarantined record needs its raw key and value, topic and headers downstream: the
+        # others cross to the Python tasks without them (the value's length rides along, for the
+        # bytes read). A quarantined record leaves without column values, as with JSON.
+        raw_columns = {"key", value, "topic", "headers"}
+        passed = [F.when(broken.isNotNull(), F.col(k)).alias(k) if k in raw_columns else F.col(k) for k in keep]
+        result = (*passed, *[F.when(broken.isNull(), F.col(c.name)).alias(c.name) for c in columns],
+                  code.alias(CODE), reason.alias(REASON), SCHEMA_ID, F.length(F.col(value)).alias(VALUE_BYTES))
+        return cls((header, decoded, checked, result))
 
 
 def _rules(raw, decodable, plans, field, decoded_flag, typed, columns, max_record_bytes, max_string_chars):  # type: ignore[no-untyped-def]

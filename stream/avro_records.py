@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from lakecluster import metrics
 from lakecluster.config import Config
 from lakecluster.schema import ColumnSpec
-from lakecluster.stream.avro import SchemaPlan, decode, plan_schema
+from lakecluster.stream.avro import Decoder, SchemaPlan, plan_schema
 from lakecluster.stream.parse import ParseLimits
 from lakecluster.stream.schema_registry import (
     SchemaRegistryClient,
@@ -54,6 +54,7 @@ class AvroRecords:
         self.writers: dict[int, object] = {}  # id -> the writer schema (parsed), to plan again
         self.unknown: set[int] = set()  # ids the registry said it does not have (an id is never reused)
         self.versions: dict[int, list[tuple[str, int]]] = {}  # id -> (subject, version) pairs, as registered
+        self._decoder: tuple[tuple[str, ...], Decoder] | None = None  # for the source's columns, until a plan changes
 
     @classmethod
     def of(cls, config: Config, limits: ParseLimits) -> AvroRecords | None:
@@ -88,8 +89,13 @@ class AvroRecords:
                 self._plan(schema_id, schema.parsed)
 
     def decode(self, frame: DataFrame) -> DataFrame:
-        return decode(frame, "value", self.plans, self.columns, max_record_bytes=self.limits.max_record_bytes,
-                      max_string_chars=self.limits.max_string_chars)  # fmt: skip
+        """``frame``'s records decoded with the plans learned so far (stream/avro.py, ``decode``)."""
+        source = tuple(frame.columns)
+        if self._decoder is None or self._decoder[0] != source:
+            self._decoder = (source, Decoder.of(source, "value", self.plans, self.columns,
+                                                max_record_bytes=self.limits.max_record_bytes,
+                                                max_string_chars=self.limits.max_string_chars))  # fmt: skip
+        return self._decoder[1](frame)
 
     def learn(self, schema_ids: Iterable[int]) -> list[int]:
         """Asks the registry for the ids not met before; returns those it knows (the batch must be
@@ -137,6 +143,7 @@ class AvroRecords:
         self.columns = tuple(columns)
         for schema_id, writer in self.writers.items():
             self.plans[schema_id] = plan_schema(schema_id, writer, self.columns)
+        self._decoder = None
 
     def unseen(self, counts: Mapping[int, int]) -> dict[tuple[str, str], int]:
         """The fields of the writer schemas of a batch's records that are no column: ``(field,
@@ -159,3 +166,4 @@ class AvroRecords:
             log.warning("schema %d cannot be read into the table, its records go to quarantine: %s", schema_id,
                         plan.refusal[1])  # fmt: skip
         self.plans[schema_id] = plan
+        self._decoder = None

@@ -62,6 +62,33 @@ def test_writer_schemas_by_id_once_per_id_and_unknown_ids_named(schema_registry:
 
 
 @pytest.mark.integration
+def test_a_schema_learned_after_the_first_batch_decodes_the_next(spark, schema_registry: SchemaRegistry) -> None:  # type: ignore[no-untyped-def]
+    """The stream decodes every micro-batch with the plans learned so far: a writer schema learned
+    after a batch was decoded (a producer's new version) decodes that schema's records from then
+    on, and is not read as an unknown id by what the earlier batches were decoded with."""
+    from lakecluster.schema import ColumnSpec
+    from lakecluster.stream.avro import CODE, SCHEMA_ID
+    from lakecluster.stream.avro_records import AvroRecords
+    from lakecluster.stream.parse import ParseLimits, ReasonCode
+    from tests.stream.test_avro import wire
+
+    client = SchemaRegistryClient([schema_registry.url])
+    v1, v2 = client.register("learn-orders-value", ORDER_V1), client.register("learn-orders-value", ORDER_V2)
+    columns = (ColumnSpec("id", "long", required=True), ColumnSpec("city", "string"), ColumnSpec("qty", "int"))
+    records = AvroRecords(client, columns, ParseLimits())
+    assert records.learn([v1]) == [v1]
+    frame = spark.createDataFrame([(wire(ORDER_V1, v1, {"id": 1, "city": "Lyon"}),),
+                                   (wire(ORDER_V2, v2, {"id": 2, "city": "Paris", "qty": 3}),)], "value binary")
+
+    def rows() -> dict[int, tuple[object, object, object]]:
+        return {r[SCHEMA_ID]: (r["id"], r["qty"], r[CODE]) for r in records.decode(frame).collect()}
+
+    assert rows() == {v1: (1, None, None), v2: (None, None, ReasonCode.UNKNOWN_SCHEMA_ID.value)}
+    assert records.learn([v1, v2]) == [v2]
+    assert rows() == {v1: (1, None, None), v2: (2, 3, None)}
+
+
+@pytest.mark.integration
 def test_a_registry_url_that_does_not_answer_is_passed_over(schema_registry: SchemaRegistry) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     client = SchemaRegistryClient([dead, schema_registry.url], timeout_s=2)
