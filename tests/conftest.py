@@ -169,10 +169,13 @@ def spark():  # type: ignore[no-untyped-def]
     # thousand rows generating the code costs more than running it (Spark's CodeFormatter alone was
     # a sixth of this JVM's samples; test_other_writers.py: 160 CPU-seconds against 178). Both modes
     # give the same results; the `lakecluster` subprocesses, which stream more rows, keep Spark's
-    # generated code (interpreted, a full run took more CPU, not less).
+    # generated code (interpreted, a full run took more CPU, not less). Adaptive execution re-plans
+    # every query stage, which on tables this small saves nothing (test_file_sizes.py with
+    # test_tune.py: 61 CPU-seconds with it, 59 without, twice each).
     session = get_session(SparkConfig(master="local[2]", conf={
         "spark.sql.shuffle.partitions": "2", "spark.databricks.delta.snapshotPartitions": "1",
-        "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}),
+        "spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.adaptive.enabled": "false"}),
         extra_jars=[listener_jar(SparkConfig())])  # tests/workload/ register the listener in this session  # fmt: skip
     yield session
     session.stop()

@@ -69,6 +69,9 @@ BROKER_SETTINGS = {
     "num.network.threads": "2",
     "num.io.threads": "4",
     "num.recovery.threads.per.data.dir": "1",
+    # An idle controller writes a no-op record to its metadata log this often (default 500 ms):
+    # an idle test broker used 1.3 CPU-seconds a minute with the default, 0.9 with this.
+    "metadata.max.idle.interval.ms": "5000",
 }
 
 LOG4J2_PROPERTIES = """\
