@@ -3,8 +3,9 @@
 A record's value is a zero byte, a 4-byte big-endian schema id, then the Avro body written with
 that schema (the writer's). Each writer schema the stream knows gets a :class:`SchemaPlan`: how
 each of the table's columns is read from it (docs/records.md, "Avro"), or why its records cannot
-be (a field type no column can take, a required column the schema lacks). :func:`decoded_columns`
-turns the plans into Spark column expressions over the raw ``value``: Spark's ``from_avro`` per
+be (a field type no column can take, a required column the schema lacks). A :class:`Decoder`
+turns the plans into Spark projections over the raw ``value`` (built once, applied to every
+micro-batch until a plan changes): Spark's ``from_avro`` per
 writer schema, chosen per record by its id in one ``CASE`` (records of several schema versions
 interleave in a micro-batch), with Avro's schema resolution from the writer's schema to a reader
 schema made for it, then casts to the table's types and the same per-record rules as JSON (a
