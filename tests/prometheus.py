@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.services.ports import free_port
+from tests.services.process import spawn
 
 
 class Prometheus:
@@ -86,12 +87,11 @@ def start_prometheus(workdir: Path, timeout_s: float = 60, config_text: str | No
         "scrape_configs:\n  - job_name: lakecluster\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n"
     ))  # fmt: skip
-    log = open(workdir / "prometheus.log", "wb")  # lives as long as the process
-    process = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", *args],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    # Started as the other test servers are: it dies with this process (a killed test run leaves no
+    # Prometheus behind).
+    process = spawn([binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+                     f"--web.listen-address=127.0.0.1:{port}", *args],
+                    log=workdir / "prometheus.log", cwd=workdir, env={**os.environ, **(env or {})})  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
