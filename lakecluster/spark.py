@@ -47,6 +47,9 @@ BASE_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.stopTimeout": "60s",
     "spark.python.worker.reuse": "true",
+    # pyspark's daemon with pyspark imported from the installed package, not compiled from Spark's
+    # zip at each start (lakecluster/python_daemon.py).
+    "spark.python.daemon.module": "lakecluster.python_daemon",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
     "spark.driver.memory": "2g",
     # A compaction group names its input files one by one; above this many paths Spark lists
