@@ -9,10 +9,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.prometheus import Prometheus, start_prometheus
+from tests.services import shared
 from tests.services.alertmanager import Alertmanager, WebhookReceiver
 from tests.services.kafka import KafkaBroker
 from tests.services.process import TEST_JVM
@@ -87,13 +89,23 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 
 
 @pytest.fixture(scope="session")
-def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
-    """A real schema registry (Apicurio Registry, the Confluent-compatible API) on 127.0.0.1."""
-    server = SchemaRegistry(tmp_path_factory.mktemp("schema-registry"))
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+def schema_registry(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[SchemaRegistry]:
+    """A real schema registry (Apicurio Registry, the Confluent-compatible API) on 127.0.0.1, one
+    for the whole run: xdist's workers share it (tests/services/shared.py). Tests keep apart by
+    subject (each names its own, most after a topic of their own)."""
+    if worker_id == "master":
+        server = SchemaRegistry(tmp_path_factory.mktemp("schema-registry"))
+        try:
+            yield server.start()
+        finally:
+            server.stop()
+        return
+
+    def start(workdir: Path, owner: int) -> dict[str, Any]:
+        return {"port": SchemaRegistry(workdir).start(owner=owner).port, "workdir": str(workdir)}
+
+    yield shared.run_wide("schema-registry", tmp_path_factory, start,
+                          lambda state: SchemaRegistry.attached(Path(state["workdir"]), state["port"]))  # fmt: skip
 
 
 @pytest.fixture(scope="session")

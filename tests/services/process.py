@@ -11,10 +11,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tests.services import watchdog
 from tests.services.ports import is_listening
 
 # The JIT and the collector of every test JVM (Spark drivers and executors, the broker, the
@@ -44,10 +46,16 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 
 def spawn(
-    command: Sequence[str], *, log: Path, cwd: Path, env: Mapping[str, str] | None = None
+    command: Sequence[str], *, log: Path, cwd: Path, env: Mapping[str, str] | None = None, owner: int | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start ``command`` in its own session with stdout and stderr appended to ``log``."""
+    """Start ``command`` in its own session with stdout and stderr appended to ``log``. It dies
+    with this process; with ``owner``, with the process ``owner`` instead (under watchdog.py)."""
     prefix = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+    if owner is not None:
+        started = watchdog.start_time(owner)
+        if started is None:
+            raise ProcessLookupError(f"no process {owner} to outlive")
+        prefix = [sys.executable, watchdog.__file__, str(owner), str(started), "--"]
     with open(log, "ab") as out:
         return subprocess.Popen(
             [*prefix, *command], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -98,7 +98,16 @@ class SchemaRegistry:
         self.log_file = workdir / "registry.log"
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 180) -> SchemaRegistry:
+    @classmethod
+    def attached(cls, workdir: Path, port: int, *, cache_dir: Path = DEFAULT_CACHE) -> SchemaRegistry:
+        """The registry another process started on ``port`` (``stop`` leaves it running)."""
+        registry = cls(workdir, cache_dir=cache_dir)
+        registry.port = port
+        registry.url = f"http://127.0.0.1:{port}{API}"
+        return registry
+
+    def start(self, timeout_s: float = 180, *, owner: int | None = None) -> SchemaRegistry:
+        """Starts the registry; it dies with this process, or with the process ``owner``."""
         tmp = self.workdir / "tmp"
         tmp.mkdir(exist_ok=True)
         command = [
@@ -109,11 +118,11 @@ class SchemaRegistry:
             "io.apicurio.registry.RegistryQuarkusMain",
         ]  # fmt: skip
         with cache_lock(self.cache_dir):
-            self._start(command, timeout_s)
+            self._start(command, timeout_s, owner)
         return self
 
-    def _start(self, command: list[str], timeout_s: float) -> None:
-        self._process = process.spawn(command, log=self.log_file, cwd=self.workdir)
+    def _start(self, command: list[str], timeout_s: float, owner: int | None) -> None:
+        self._process = process.spawn(command, log=self.log_file, cwd=self.workdir, owner=owner)
 
         def probe() -> str | None:
             try:
