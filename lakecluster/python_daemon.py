@@ -25,10 +25,10 @@ from importlib.machinery import PathFinder
 def installed_pyspark_zips(path: list[str]) -> list[str]:
     """The entries of ``path`` that are zips of a pip-installed pyspark whose package is importable
     from ``path`` itself: ``<site>/pyspark/python/lib/*.zip`` with ``<site>`` on ``path``."""
-    entries = {os.path.normpath(p) for p in path if p}
+    entries = {os.path.realpath(p) for p in path if p}  # SPARK_HOME is a real path, sys.path may not be
     found = []
     for entry in path:
-        lib = os.path.dirname(os.path.normpath(entry))
+        lib = os.path.dirname(os.path.realpath(entry))
         package = os.path.dirname(os.path.dirname(lib))
         if (entry.endswith(".zip") and lib.endswith(os.path.join("pyspark", "python", "lib"))
                 and os.path.isfile(os.path.join(package, "__init__.py"))
@@ -39,12 +39,14 @@ def installed_pyspark_zips(path: list[str]) -> list[str]:
 
 def without_installed_pyspark_zips(path: list[str]) -> list[str]:
     """``path`` without the zips of the installed pyspark; a zip holding a package found nowhere
-    else on ``path`` (py4j when only pyspark is installed) moves to the end instead."""
+    else on ``path`` as a regular package (py4j when only pyspark is installed) moves to the end
+    instead."""
     zips = installed_pyspark_zips(path)
     kept = [p for p in path if p not in zips]
     for entry in zips:
         name = os.path.basename(entry).split("-")[0].removesuffix(".zip")  # pyspark, py4j
-        if PathFinder.find_spec(name, kept) is None:
+        spec = PathFinder.find_spec(name, kept)
+        if spec is None or spec.origin is None:  # none, or a stray namespace directory
             kept.append(entry)
     return kept
 

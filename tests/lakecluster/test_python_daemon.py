@@ -32,6 +32,22 @@ def test_the_zips_of_the_installed_pyspark_leave_the_path(tmp_path: Path) -> Non
     assert without_installed_pyspark_zips(path) == ["/tmp/user-files", str(site)]
 
 
+def test_a_site_packages_reached_through_a_symlink_is_the_same(tmp_path: Path) -> None:
+    """SPARK_HOME (hence the zips' entries) is a real path; the interpreter's path may not be."""
+    site = tmp_path / "real" / "site-packages"
+    pyspark_zip, py4j_zip = _installed(site)
+    (tmp_path / "venv").symlink_to(tmp_path / "real")
+    linked = str(tmp_path / "venv" / "site-packages")
+    assert without_installed_pyspark_zips([pyspark_zip, py4j_zip, linked]) == [linked]
+
+
+def test_a_stray_py4j_directory_is_no_py4j(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    pyspark_zip, py4j_zip = _installed(site, py4j=False)
+    (site / "py4j").mkdir()  # no __init__.py: a namespace directory, not the package
+    assert without_installed_pyspark_zips([pyspark_zip, py4j_zip, str(site)]) == [str(site), py4j_zip]
+
+
 def test_py4js_zip_moves_to_the_end_when_py4j_is_not_installed_beside_pyspark(tmp_path: Path) -> None:
     site = tmp_path / "site-packages"
     pyspark_zip, py4j_zip = _installed(site, py4j=False)

@@ -104,6 +104,12 @@ class SchemaRegistry:
         registry = cls(workdir, cache_dir=cache_dir)
         registry.port = port
         registry.url = f"http://127.0.0.1:{port}{API}"
+        registry.log_file = workdir / "registry.log"
+        try:
+            registry.get("/subjects")
+        except OSError as error:
+            raise SchemaRegistryError(f"the run's registry on {port} does not answer ({error})\n"
+                                      f"{process.log_tail(registry.log_file)}") from None  # fmt: skip
         return registry
 
     def start(self, timeout_s: float = 180, *, owner: int | None = None) -> SchemaRegistry:

@@ -47,9 +47,12 @@ print(server.pid)
         done = subprocess.run([sys.executable, "-c", starter, str(tmp_path / "log")], cwd=REPO, capture_output=True,
                               text=True, timeout=60, check=True)  # fmt: skip
         watchdog = int(done.stdout)
-        time.sleep(1.5)
-        [server] = [int(p) for p in subprocess.run(["pgrep", "-P", str(watchdog)], capture_output=True,
-                                                     text=True).stdout.split()]  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not (children := subprocess.run(["pgrep", "-P", str(watchdog)], capture_output=True,
+                                              text=True).stdout.split()) and time.monotonic() < deadline:  # fmt: skip
+            time.sleep(0.2)
+        [server] = map(int, children)
+        time.sleep(1)  # the watchdog's first looks at its owner
         assert start_time(server) is not None, "the server ended with the process that started it"
         owner.kill()
         owner.wait()
