@@ -35,7 +35,7 @@ from tests.docker.compose import DOCKER
 from tests.generated_tables import SMALL
 from tests.prometheus import Prometheus, rules_held_for, start_prometheus
 from tests.services.alertmanager import Alertmanager, WebhookReceiver
-from tests.services.ports import free_port, is_listening
+from tests.services.ports import free_ports, is_listening
 from tests.services.s3 import READER_KEY, READER_SECRET, S3Server
 
 pytestmark = pytest.mark.integration
@@ -84,9 +84,10 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 @pytest.fixture
 def faulty(s3: S3Server, s3_prefix: str, alertmanager: Alertmanager, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """Prometheus, a stream whose broker is unreachable and a compactor that may not write its table."""
-    ports = {"stream": free_port(), "compact": free_port()}
+    stream_port, compact_port, nowhere_port = free_ports(3)  # distinct: free_port() twice may give one port twice
+    ports = {"stream": stream_port, "compact": compact_port}
     settings = _table_with_work(s3, f"{s3_prefix}t")
-    nowhere = f"127.0.0.1:{free_port()}"
+    nowhere = f"127.0.0.1:{nowhere_port}"
     # The stream serves its metrics this long before it gives up on the broker: Prometheus, started
     # once both services serve, sees it up first.
     stream = {**SMALL, "source.kind": "kafka", "source.kafka.bootstrap_servers": nowhere,
