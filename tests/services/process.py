@@ -8,7 +8,6 @@ so no broker or S3 server outlives its test session. ``setpriv`` execs, so the p
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -50,7 +49,7 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` in its own session with stdout and stderr appended to ``log``. It dies
     with this process; with ``owner``, with the process ``owner`` instead (under watchdog.py)."""
-    prefix = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+    prefix = watchdog.dying_with_parent()
     if owner is not None:
         started = watchdog.start_time(owner)
         if started is None:

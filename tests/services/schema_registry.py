@@ -104,7 +104,6 @@ class SchemaRegistry:
         registry = cls(workdir, cache_dir=cache_dir)
         registry.port = port
         registry.url = f"http://127.0.0.1:{port}{API}"
-        registry.log_file = workdir / "registry.log"
         try:
             registry.get("/subjects")
         except OSError as error:

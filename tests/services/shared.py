@@ -34,9 +34,10 @@ def run_wide(
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not state.exists():  # a failed start leaves no state: the next worker tries again
-            if os.getppid() == 1:
+            controller = os.getppid()  # a worker's parent
+            if controller == 1:
                 raise RuntimeError(f"the run's controller is gone: {name} not started")
             workdir = root / name
             workdir.mkdir(exist_ok=True)
-            state.write_text(json.dumps(start(workdir, os.getppid())))  # the worker's parent: the controller
+            state.write_text(json.dumps(start(workdir, controller)))
     return attach(json.loads(state.read_text()))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, subprocess_env
+from tests.services.watchdog import start_time
 
 pytestmark = pytest.mark.integration
 
@@ -28,11 +29,7 @@ time.sleep(600)
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie no one reaps yet does not: the killed starter cannot)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return start_time(pid) is not None
 
 
 def test_a_killed_starter_takes_its_prometheus_with_it(tmp_path: Path) -> None:

@@ -27,11 +27,16 @@ def start_time(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def dying_with_parent() -> list[str]:
+    """The prefix that makes a command die with the process starting it (util-linux's setpriv;
+    none where it is missing)."""
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
 def main(argv: list[str]) -> int:
     owner, owner_start = int(argv[0]), int(argv[1])
     command = argv[argv.index("--") + 1 :]
-    prefix = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
-    child = subprocess.Popen([*prefix, *command])
+    child = subprocess.Popen([*dying_with_parent(), *command])
 
     def pass_on(signum: int, frame: FrameType | None) -> None:
         child.terminate()
