@@ -43,6 +43,10 @@ BASE_CONF = {
     "spark.databricks.delta.setTransactionsInCrc.writeOnCommit": "true",
     # Errors carry the JVM stack trace (their causes), which tells transient faults from fatal ones.
     "spark.sql.pyspark.jvmStacktrace.enabled": "true",
+    # pyspark 4 sends every Column call's Python call site to the JVM (for error messages), five
+    # more calls into the JVM each: building the Avro decoding of a micro-batch (stream/avro.py)
+    # took 0.35-0.55 s so, 0.10-0.24 s without. lakecluster's errors name their cause themselves.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.stopTimeout": "60s",
