@@ -133,7 +133,8 @@ class GroupRewriter:
         spec = RewriteSpec(self.table.uri, inputs.schema, layout, target_files=n_out,
                            file_prefix=f"g{group.generation:02d}-{run_id}-l{fingerprint}",
                            storage=self.table.storage_for_tasks(), stats_columns=inputs.stats_columns,
-                           row_tracking=inputs.row_tracking)  # fmt: skip
+                           row_tracking=inputs.row_tracking, task_memory_bytes=cfg.task_memory_bytes,
+                           spill_dir=cfg.spill_dir)  # fmt: skip
         try:
             if self.stop.cancelled.is_set():  # the stop timeout passed while the group was planned
                 raise Stopped

@@ -61,6 +61,10 @@ class RewriteSpec:
     stats_columns: tuple[str, ...] | None = None
     # Row tracking's columns, which the output files hold every row's id and commit version in.
     row_tracking: RowTracking | None = None
+    # What a task of the rewrite in Spark tasks may hold for sorting and writing, and where it
+    # spills the rest ("": Spark's local directory, else the system's temporary one).
+    task_memory_bytes: int = 512 << 20
+    spill_dir: str = ""
 
     @classmethod
     def for_columns(cls, table_uri: str, columns: Sequence[ColumnSpec], partition_by: Sequence[str],

@@ -5,17 +5,21 @@ jobs whose tasks read and write Parquet with pyarrow, so no row crosses between 
 one by one and nothing is cached:
 
 1. **count**: one task per slice of the group's files reads only the clustering columns and
-   returns the rows per cell (a few thousand numbers); the driver assigns cells to output files
-   along the curve (``file_plan``);
+   returns the rows per cell (a few thousand numbers), a sample of the rows' sort keys and the
+   decoded size of a few thousand whole rows; the driver assigns cells to output files along the
+   curve (``file_plan``) and cuts each file's key range into runs a task can sort within
+   ``compaction.task_memory_bytes`` (``runs.py``);
 2. **shuffle and write**: the same slices are read whole, a batch at a time; each batch's rows are
-   keyed, split by output file and shipped as Arrow IPC blobs (zstd-compressed buffers) through
-   Spark's shuffle (one record per output file per batch); each reducer concatenates its files'
-   blobs in input order, sorts them by key and writes them, a file with more rows than the target
+   keyed, split by run and shipped as Arrow IPC blobs (zstd-compressed buffers) through Spark's
+   shuffle (one record per run per batch); each reducer keeps the blobs it receives in memory up
+   to a quarter of ``task_memory_bytes`` and spills the rest to local disk (``spill.py``), then
+   writes its files run by run: a run's blobs in input order, sorted by key, written a row group
+   at a time in key order (``FileWriter.write_rows``); a file with more rows than the target is
    cut into equal pieces.
 
-A reducer holds the rows of the output files it writes (about ``compaction.target_file_bytes``
-decoded, times the files per reducer) while it sorts them, and writes each file a row group at a
-time in key order (``FileWriter.write_rows``), never a sorted copy of it; a mapper holds one batch.
+A reducer holds one run decoded (about a quarter of ``task_memory_bytes``; a run the estimate got
+wrong is cut again by quantiles of its own keys), whatever the target file size and however many
+files it writes; a mapper holds one batch; the driver, counts per cell and a bounded sample of keys.
 """
 
 from __future__ import annotations
@@ -24,15 +28,19 @@ import functools
 import itertools
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from lakecluster import metrics
 from lakecluster.clustering import file_plan
 from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
+from lakecluster.compaction.runs import MAX_SAMPLES, RunPlan, as_rows, plan_runs
+from lakecluster.compaction.spill import BlobStore, spill_directory
 from lakecluster.curves import argsort_keys
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.storage import filesystem
@@ -41,12 +49,15 @@ from lakecluster.table.live_files import DataFile
 
 SLICE_BYTES = 64 << 20  # input bytes a task reads (its files' sizes on storage)
 BATCH_ROWS = 256 * 1024  # rows a mapper keys and splits at a time
-REDUCER_BYTES = 128 << 20  # input bytes whose rows one reducer sorts and writes
+REDUCER_BYTES = 128 << 20  # input bytes one reducer writes the files of (and at least one reducer per core)
+SIZE_SAMPLE_ROWS = 8192  # whole rows of each slice decoded to estimate a row's decoded bytes
+MAX_SPLITS = 6  # times a run found over its budget is cut again (past that: sorted as it is)
 _KEY = "_lc_key"
 # Rows cross the shuffle as Arrow IPC with zstd-compressed buffers: about a third of their decoded
 # size (SSB's rows), compressed as fast as they are copied, so Spark pickles, compresses, writes
 # and reads a third of the bytes (docs/benchmarks.md, "Production size").
 _SHUFFLED = pa.ipc.IpcWriteOptions(compression="zstd")
+_Record = tuple[int, tuple[int, int, int, int, bytes]]  # (run, (slice, batch, rows, decoded bytes, blob))
 
 
 def _cells(spec: RewriteSpec, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -55,27 +66,43 @@ def _cells(spec: RewriteSpec, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(cell).view(f"S{max(cell.shape[1], 1)}").ravel(), key
 
 
-def _count_task(spec: RewriteSpec, files: Sequence[DataFile]) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct cells, rows of each) of these files' live rows, read column-pruned."""
+@dataclass(frozen=True)
+class Counted:
+    """What the count pass found in one slice: its distinct cells and their rows, every
+    ``stride``-th row's full sort key, and the decoded bytes of a sample of whole rows."""
+
+    cells: np.ndarray
+    counts: np.ndarray
+    samples: np.ndarray
+    sample_bytes: int
+    sample_rows: int
+
+
+def _count_task(spec: RewriteSpec, files: Sequence[DataFile], stride: int = 1) -> Counted:
+    """The cells and sampled keys of these files' live rows (read column-pruned), and the decoded
+    size of a few thousand whole rows."""
     fs, root = filesystem(spec.table_uri, spec.storage)
     target = spec.key_schema
     table = pa.Table.from_batches(list(live_batches(fs, root, files, spec.schema, columns=target.names)),
                                   schema=target)  # fmt: skip
     if table.num_rows == 0:
-        return np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64)
-    cells, _ = _cells(spec, table)
+        return Counted(np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64), np.zeros(0, dtype="S1"), 0, 0)
+    cells, key = _cells(spec, table)
     distinct, counts = np.unique(cells, return_counts=True)
-    return distinct, counts.astype(np.int64)
+    whole = next(live_batches(fs, root, files, spec.schema, batch_rows=SIZE_SAMPLE_ROWS,
+                              row_tracking=spec.row_tracking), None)  # fmt: skip
+    return Counted(distinct, counts.astype(np.int64), as_rows(key[::stride]),
+                   whole.nbytes if whole is not None else 0, whole.num_rows if whole is not None else 0)
 
 
-def _merge_counts(parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def _merge_counts(parts: Iterable[Counted]) -> tuple[np.ndarray, np.ndarray]:
     """The counts of all tasks, one per distinct cell, cells in curve (byte) order."""
-    nonempty = [(c, n) for c, n in parts if len(c)]
+    nonempty = [p for p in parts if len(p.cells)]
     if not nonempty:
         return np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64)
-    cells = np.concatenate([c for c, _ in nonempty])
+    cells = np.concatenate([p.cells for p in nonempty])
     distinct, inverse = np.unique(cells, return_inverse=True)
-    return distinct, np.bincount(inverse, weights=np.concatenate([n for _, n in nonempty]),
+    return distinct, np.bincount(inverse, weights=np.concatenate([p.counts for p in nonempty]),
                                  minlength=len(distinct)).astype(np.int64)  # fmt: skip
 
 
@@ -96,55 +123,138 @@ def _batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
         yield pa.Table.from_batches(pending).combine_chunks()
 
 
-def _split_task(spec: RewriteSpec, cells: np.ndarray, file_of_cell: np.ndarray, slice_no: int,
-                inputs: Sequence[DataFile]) -> Iterator[tuple[int, tuple[int, int, bytes]]]:  # fmt: skip
-    """(output file, (slice, batch, Arrow IPC of the batch's live rows for that file, with their key))."""
+def _split_task(spec: RewriteSpec, runs: RunPlan, slice_no: int, inputs: Sequence[DataFile]) -> Iterator[_Record]:
+    """Each batch's live rows of each run, with their key: ``(run, (slice, batch, rows, decoded
+    bytes, Arrow IPC))``."""
     fs, root = filesystem(spec.table_uri, spec.storage)
     scanned = live_batches(fs, root, inputs, spec.schema, batch_rows=BATCH_ROWS, row_tracking=spec.row_tracking)
     for batch_no, table in enumerate(_batches(scanned, BATCH_ROWS)):
-        cell, key = _cells(spec, table)
-        files = file_of_cell[np.searchsorted(cells, cell)]
-        order = np.argsort(files, kind="stable")
-        bounds = np.flatnonzero(np.r_[True, np.diff(files[order]) != 0, True])
-        keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(key.shape[1]), len(key),
-                                                    [None, pa.py_buffer(np.ascontiguousarray(key))])  # fmt: skip
-        # One gather of the batch in output-file order, then a slice per file (no copy).
-        table = table.append_column(_KEY, keys).take(pa.array(order))
-        for start, end in itertools.pairwise(bounds):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema, options=_SHUFFLED) as writer:
-                writer.write_table(table.slice(start, end - start))
-            yield int(files[order[start]]), (slice_no, batch_no, sink.getvalue().to_pybytes())
+        _, key = _cells(spec, table)
+        for run, part in _parted(table.append_column(_KEY, _key_column(key)), runs.run_of(as_rows(key))):
+            yield run, (slice_no, batch_no, part.num_rows, part.nbytes, _ipc(part))
 
 
-def _write_task(spec: RewriteSpec, file_pieces: dict[int, int], partition: dict[str, str | None], token: str,
-                records: Iterator[tuple[int, tuple[int, int, bytes]]]) -> Iterator[dict]:  # fmt: skip
-    """Each output file of this reducer, sorted by key and written (in pieces when it is too big)."""
-    by_file: dict[int, list[tuple[int, int, bytes]]] = {}
-    for fid, blob in records:
-        by_file.setdefault(fid, []).append(blob)
+def _key_column(key: np.ndarray) -> pa.FixedSizeBinaryArray:
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(key.shape[1]), len(key),
+                                                [None, pa.py_buffer(np.ascontiguousarray(key))])  # fmt: skip
+
+
+def _parted(table: pa.Table, part: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
+    """The rows of each part (in input order within it): one gather in part order, then a slice
+    per part (no copy)."""
+    order = np.argsort(part, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(part[order]) != 0, True])
+    table = table.take(pa.array(order))
+    for start, end in itertools.pairwise(bounds):
+        yield int(part[order[start]]), table.slice(start, end - start)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_SHUFFLED) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _decode(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(blob).read_all()
+
+
+def _key_rows(table: pa.Table) -> np.ndarray:
+    """The sort key of every row of a decoded blob, as an ``(n, width)`` uint8 matrix."""
+    key = table[_KEY].combine_chunks()
+    width = key.type.byte_width
+    return np.frombuffer(key.buffers()[1], dtype=np.uint8, count=len(key) * width,
+                         offset=key.offset * width).reshape(len(key), width)  # fmt: skip
+
+
+def _sorted_parts(store: BlobStore, run: int, budget: int, spill_dir: str,
+                  depth: int = 0) -> Iterator[tuple[pa.Table, np.ndarray]]:  # fmt: skip
+    """The run's rows in key order (equal keys in input order) as (table, row order) parts in
+    sequence, each of about ``budget`` decoded bytes at most: a run over the budget is cut again by
+    quantiles of its own keys into runs spilled to disk, which are sorted one by one."""
+    entries = store.entries(run)
+    if sum(e.nbytes for e in entries) <= budget or len(entries) <= 1 or depth >= MAX_SPLITS:
+        tables = [_decode(blob) for _, blob in store.blobs(run)]
+        store.drop(run)
+        table = pa.concat_tables(tables) if tables else None
+        if table is not None and table.num_rows:
+            yield table.drop_columns([_KEY]), argsort_keys(_key_rows(table))
+        return
+    sample, first, uniform = [], None, True
+    for _, blob in store.blobs(run):
+        keys = as_rows(_key_rows(_decode(blob)))
+        if len(keys):
+            first = keys[0] if first is None else first
+            uniform = uniform and bool(np.all(keys == first))
+            sample.append(keys[:: max(1, len(keys) // 1024)])
+    if uniform:  # one key throughout: input order is key order, written a blob at a time
+        for _, blob in store.blobs(run):
+            table = _decode(blob)
+            yield table.drop_columns([_KEY]), np.arange(table.num_rows)
+        store.drop(run)
+        return
+    keys = np.sort(np.concatenate(sample))
+    parts = max(2, -(-sum(e.nbytes for e in entries) * 2 // budget))
+    cuts = np.unique(keys[(np.arange(1, parts) * len(keys)) // parts])
+    with BlobStore(spill_dir, 0) as inner:
+        for entry, blob in store.blobs(run):
+            table = _decode(blob)
+            for sub, part in _parted(table, np.searchsorted(cuts, as_rows(_key_rows(table)), side="right")):
+                inner.add(sub, entry.order, part.num_rows, part.nbytes, _ipc(part))
+        store.drop(run)
+        for sub in inner.runs():
+            yield from _sorted_parts(inner, sub, budget, spill_dir, depth + 1)
+        store.spilled_bytes += inner.spilled_bytes
+
+
+def _write_task(spec: RewriteSpec, runs: RunPlan, file_pieces: dict[int, int], partition: dict[str, str | None],
+                token: str, records: Iterator[_Record]) -> Iterator[dict]:  # fmt: skip
+    """Each output file of this reducer, written run by run in key order (in pieces when it is
+    too big), then one record of the bytes it spilled."""
+    spill_dir = spill_directory(spec.spill_dir)
     fs, root = filesystem(spec.table_uri, spec.storage)
-    for fid in sorted(by_file):
-        # Input order (slice, batch), then a stable sort: the order the local rewrite gives.
-        blobs = sorted(by_file.pop(fid), key=lambda b: (b[0], b[1]))
-        table = pa.concat_tables([pa.ipc.open_stream(b[2]).read_all() for b in blobs])
-        del blobs
-        key = table[_KEY].combine_chunks()
-        width = key.type.byte_width
-        matrix = np.frombuffer(key.buffers()[1], dtype=np.uint8, count=len(key) * width,
-                               offset=key.offset * width).reshape(len(key), width)  # fmt: skip
-        order = argsort_keys(matrix)
-        table = table.drop_columns([_KEY])
-        k = file_pieces[fid]
-        cuts = [(table.num_rows * i) // k for i in range(k + 1)]
-        for piece, (start, end) in enumerate(itertools.pairwise(cuts)):
-            name = f"part-{spec.file_prefix}-{token}-c{fid:05d}-{piece:03d}.snappy.parquet"
-            writer = FileWriter(fs, root, data_file_path(spec.partition_by, partition, name), table.schema,
-                                spec.logged_partition(partition), spec.stats_columns)  # fmt: skip
-            writer.write_rows(table, order[start:end])
-            f = writer.close()
-            yield {"path": f.path, "size": f.size, "num_records": f.num_records,
-                   "partition_values": json.dumps(f.partition_values), "stats": f.stats}  # fmt: skip
+    with BlobStore(spill_dir, spec.task_memory_bytes // 4) as store:
+        for run, (slice_no, batch_no, rows, nbytes, blob) in records:
+            store.add(run, (slice_no, batch_no), rows, nbytes, blob)
+        present = store.runs()
+        for fid in sorted({int(runs.file_of_run[r]) for r in present}):
+
+            def piece_writer(piece: int, schema: pa.Schema, fid: int = fid) -> FileWriter:
+                name = f"part-{spec.file_prefix}-{token}-c{fid:05d}-{piece:03d}.snappy.parquet"
+                return FileWriter(fs, root, data_file_path(spec.partition_by, partition, name), schema,
+                                  spec.logged_partition(partition), spec.stats_columns)  # fmt: skip
+
+            mine = [r for r in present if runs.file_of_run[r] == fid]
+            yield from _write_file(spec, store, mine, file_pieces[fid], piece_writer, spill_dir)
+        yield {"spilled_bytes": store.spilled_bytes}
+
+
+def _write_file(spec: RewriteSpec, store: BlobStore, runs: Sequence[int], pieces: int,
+                piece_writer: Callable[[int, pa.Schema], FileWriter], spill_dir: str) -> Iterator[dict]:  # fmt: skip
+    """One output file's runs, sorted one at a time and written in order as ``pieces`` files of
+    equal rows."""
+    total = sum(e.rows for r in runs for e in store.entries(r))
+    ends = [(total * i) // pieces for i in range(1, pieces + 1)]  # rows written when each piece ends
+    piece, done, writer = 0, 0, None
+    for run in runs:
+        for table, order in _sorted_parts(store, run, spec.task_memory_bytes // 2, spill_dir):
+            start = 0
+            while start < len(order):
+                while writer is None and ends[piece] == done:  # a piece of no rows (fewer rows than pieces)
+                    piece += 1
+                writer = writer or piece_writer(piece, table.schema)
+                take = min(len(order) - start, ends[piece] - done)
+                writer.write_rows(table, order[start : start + take])
+                start, done = start + take, done + take
+                if done == ends[piece]:
+                    yield _described(writer.close())
+                    writer, piece = None, piece + 1
+
+
+def _described(f: WrittenFile) -> dict:
+    return {"path": f.path, "size": f.size, "num_records": f.num_records,
+            "partition_values": json.dumps(f.partition_values), "stats": f.stats}  # fmt: skip
 
 
 def input_slices(group: Group, max_bytes: int = SLICE_BYTES) -> list[list[DataFile]]:
@@ -165,24 +275,33 @@ def rewrite_in_tasks(spark: SparkSession, group: Group, spec: RewriteSpec) -> li
     sc = spark.sparkContext
     slices = input_slices(group)
     inputs = sc.parallelize(list(enumerate(slices)), len(slices))
-    cells, counts = _merge_counts(inputs.map(lambda s: _count_task(spec, s[1])).collect())
+    stride = max(1, -(-max(group.rows, 1) // MAX_SAMPLES))
+    counted = inputs.map(lambda s: _count_task(spec, s[1], stride)).collect()
+    cells, counts = _merge_counts(counted)
     if len(cells) == 0:
         return []
     file_of_cell, plan_pieces = file_plan(counts, spec.target_files)
     rows_per_file = np.bincount(file_of_cell, weights=counts).astype(np.int64)
     file_pieces = dict(enumerate(plan_pieces.tolist()))
     files = len(rows_per_file)
-    # Contiguous runs of output files per reducer, about REDUCER_BYTES of input each (a reducer
-    # holds its files' rows while it sorts them), and at least one per core.
+    sampled = [c for c in counted if len(c.samples)]
+    samples = np.concatenate([c.samples for c in sampled])
+    per_row = sum(c.sample_bytes for c in counted) / max(1, sum(c.sample_rows for c in counted))
+    runs = plan_runs(cells, counts, file_of_cell, samples, cell_width=cells.dtype.itemsize,
+                     width=samples.dtype.itemsize, bytes_per_row=per_row,
+                     run_bytes=spec.task_memory_bytes // 4)  # fmt: skip
+    # Contiguous files per reducer, about REDUCER_BYTES of input each, and at least one per core.
     reducers = max(1, min(files, max(2 * sc.defaultParallelism, -(-group.bytes // REDUCER_BYTES))))
-    split = functools.partial(_split_task, spec, cells, file_of_cell)
-    write = functools.partial(_write_task, spec, file_pieces, group.partition_values, uuid.uuid4().hex[:16])
+    file_of_run = runs.file_of_run
+    split = functools.partial(_split_task, spec, runs)
+    write = functools.partial(_write_task, spec, runs, file_pieces, group.partition_values, uuid.uuid4().hex[:16])
     out = (
         inputs.flatMap(lambda s: split(s[0], s[1]))
-        .partitionBy(reducers, lambda fid: fid * reducers // files)
+        .partitionBy(reducers, lambda run: int(file_of_run[run]) * reducers // files)
         .mapPartitions(write)
         .collect()
     )
+    metrics.COMPACTION_SPILLED_BYTES.inc(sum(r["spilled_bytes"] for r in out if "spilled_bytes" in r))
+    written = sorted((r for r in out if "path" in r), key=lambda r: r["path"])
     return [WrittenFile(r["path"], int(r["size"]), json.loads(r["partition_values"]), int(r["num_records"]),
-                        r["stats"]) for r in sorted(out, key=lambda r: r["path"])]  # fmt: skip
-
+                        r["stats"]) for r in written]  # fmt: skip

@@ -149,6 +149,9 @@ COMPACTION_BYTES_IN = Counter("lakecluster_compaction_bytes_read_total", "Bytes 
                               registry=REGISTRY)  # fmt: skip
 COMPACTION_BYTES_OUT = Counter("lakecluster_compaction_bytes_written_total", "Bytes of output files",
                                registry=REGISTRY)  # fmt: skip
+COMPACTION_SPILLED_BYTES = Counter("lakecluster_compaction_spilled_bytes_total",
+                                   "Bytes rewrite tasks spilled to local disk (compaction.spill_dir)",
+                                   registry=REGISTRY)  # fmt: skip
 COMPACTION_GROUP_SECONDS = Histogram("lakecluster_compaction_group_seconds", "Wall time of one group rewrite",
                                      registry=REGISTRY, buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 900))  # fmt: skip
 

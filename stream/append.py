@@ -72,6 +72,25 @@ def table_facts(spark: SparkSession, location: DeltaLocation) -> delta_txn.Table
     return delta_txn.TableFacts.of_transaction(jvm, snapshot)
 
 
+class KnownFacts:
+    """The facts of the tables a stream appends to, read again only when a table's version has
+    moved since: a version's metadata and protocol never change (and the commit checks them
+    again on its own snapshot, whatever these say)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, delta_txn.TableFacts]] = {}  # table uri -> (version, facts)
+
+    def of(self, spark: SparkSession, target: AppendTarget, version: int | None) -> delta_txn.TableFacts:
+        """``target``'s facts at ``version`` (None: unknown, read them)."""
+        seen = self._seen.get(target.location.uri)
+        if version is not None and seen is not None and seen[0] == version:
+            return seen[1]
+        facts = target.facts(spark)
+        if version is not None:
+            self._seen[target.location.uri] = (version, facts)
+        return facts
+
+
 @dataclass(frozen=True)
 class AppendCommit:
     """The commit of one micro-batch's files to one table (a :class:`~lakecluster.commit.CommitPlan`)."""

@@ -31,13 +31,12 @@ from pyspark.sql import functions as F
 from lakecluster.checkpoints import BackgroundCheckpoints
 from lakecluster.clustering import ClusteringLayout
 from lakecluster.config import Config
-from lakecluster.delta_txn import TableFacts
 from lakecluster.faults import crash_point
 from lakecluster.schema import ColumnSpec
 from lakecluster.sketches import BoundarySketches, ColumnSketch, sketch_kind
 from lakecluster.stats_columns import WithoutStatsWarning, stats_columns
 from lakecluster.stream import resume
-from lakecluster.stream.append import AppendBlocked, AppendTarget, commit_append
+from lakecluster.stream.append import AppendBlocked, AppendTarget, KnownFacts, commit_append
 from lakecluster.stream.avro_records import AvroRecords, NewSchemasMet
 from lakecluster.stream.batch_columns import BatchColumns, ColumnsAdded
 from lakecluster.stream.batch_task import (
@@ -142,7 +141,7 @@ class StreamSink:
         self._targets: tuple[AppendTarget, AppendTarget] | None = None
         self._blocked: str | None = None  # why Delta's writer writes the batches, when it must
         self._stats_columns: dict[str, tuple[str, ...]] = {}  # table uri -> the columns with file stats
-        self._facts_seen: dict[str, tuple[int, TableFacts]] = {}  # table uri -> (version, its facts)
+        self._facts = KnownFacts()  # the targets' facts, read again when their version moves
         self._without_stats = WithoutStatsWarning(table.uri, config.skipping_columns)
         self._previous_start_ms: int | None = None  # when this process's previous micro-batch began
 
@@ -292,7 +291,8 @@ class StreamSink:
                              AppendTarget.of(self.spark, self.table.quarantine, QUARANTINE_DDL, ()))  # fmt: skip
         targets = self._targets[: 2 if self.source.quarantines else 1]
         logs = (self.table_log, self.quarantine_log)
-        facts = [self._facts(t, log) for t, log in zip(targets, logs[: len(targets)], strict=True)]
+        facts = [self._facts.of(self.spark, t, log.refresh() if log is not None else None)
+                 for t, log in zip(targets, logs[: len(targets)], strict=True)]  # fmt: skip
         blockers = [t.blocker(f) for t, f in zip(targets, facts, strict=True)]
         if all(b is None for b in blockers):
             self._stats_columns = {t.location.uri: stats_columns(t.data_columns, f.configuration)
@@ -304,19 +304,6 @@ class StreamSink:
                 log.warning("micro-batches are written by Delta's writer (a second pass): %s", reason)
             self._blocked = reason
         return reason is None
-
-    def _facts(self, target: AppendTarget, table_log: TableLog | None) -> TableFacts:
-        """The target's facts, read again only when its log has moved since they were read: a
-        version's metadata and protocol never change (the commit checks them again, on its own
-        snapshot, whatever these say)."""
-        version = table_log.refresh() if table_log is not None else None
-        seen = self._facts_seen.get(target.location.uri)
-        if version is not None and seen is not None and seen[0] == version:
-            return seen[1]
-        facts = target.facts(self.spark)
-        if version is not None:
-            self._facts_seen[target.location.uri] = (version, facts)
-        return facts
 
     def _one_pass(self, batch_df: DataFrame, batch_id: int, txn: int, done: _Done, sketch_done: bool,
                   meta_of: Callable[..., dict]) -> _Result:  # fmt: skip

@@ -198,6 +198,10 @@ class CompactionConfig:
     min_file_bytes: int = 32 << 20
     max_group_bytes: int = 1 << 30
     local_rewrite_max_bytes: int = 128 << 20
+    # A Spark task of a rewrite sorts and writes within this much memory, whatever the file size,
+    # spilling what it receives beyond a quarter of it to spill_dir (docs/operations.md).
+    task_memory_bytes: int = 512 << 20
+    spill_dir: str = ""
     max_groups_per_run: int = 8
     min_input_files: int = 4
     merge_fanout: int = 4

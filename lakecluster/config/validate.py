@@ -176,6 +176,8 @@ def _validate_compaction(c: CompactionConfig, t: TableConfig) -> None:
         raise ConfigError("compaction.max_group_bytes", f"{_size(c.max_group_bytes)} must be >= compaction.target_"
                           f"file_bytes {_size(c.target_file_bytes)}",
                           related=("compaction.target_file_bytes",))  # fmt: skip
+    if c.task_memory_bytes < 16 << 20:
+        raise ConfigError("compaction.task_memory_bytes", f"must be at least 16 MiB, got {_size(c.task_memory_bytes)}")
     if c.local_rewrite_max_bytes < 0:
         raise ConfigError("compaction.local_rewrite_max_bytes", f"must be >= 0, got {c.local_rewrite_max_bytes}")
     if c.merge_fanout < 2:

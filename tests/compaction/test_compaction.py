@@ -240,26 +240,62 @@ def test_the_local_the_in_task_and_the_spark_rewrite_lay_out_the_same_files(spar
     assert out["tasks"][2] == out["local"][2], "the in-task rewrite puts each row in the file the local one does"
 
 
-def test_the_in_task_rewrite_ships_a_record_per_output_file_and_batch_of_rows_not_per_input_file(  # type: ignore[no-untyped-def]
+def test_the_in_task_rewrite_ships_a_record_per_run_and_batch_of_rows_not_per_input_file(  # type: ignore[no-untyped-def]
     spark, filled, tmp_path: Path
 ) -> None:
     from lakecluster.clustering import file_plan
     from lakecluster.compaction import rewrite_tasks
+    from lakecluster.compaction.runs import plan_runs
 
     table = tmp_path / "t"
     config, _, group, layout = _first_group_and_layout(spark, filled, table, per_batch=1_000)
     spec = RewriteSpec.for_columns(str(table), config.table.columns, (), layout, target_files=12,
                                    file_prefix="g01-batches")
     paths = group.files
-    cells, counts = rewrite_tasks._merge_counts([rewrite_tasks._count_task(spec, paths)])
+    counted = rewrite_tasks._count_task(spec, paths)
+    cells, counts = rewrite_tasks._merge_counts([counted])
     file_of_cell, _ = file_plan(counts, spec.target_files)
-    records = list(rewrite_tasks._split_task(spec, cells, file_of_cell, 0, paths))
+    runs = plan_runs(cells, counts, file_of_cell, counted.samples, cell_width=cells.dtype.itemsize,
+                     width=counted.samples.dtype.itemsize, bytes_per_row=counted.sample_bytes / counted.sample_rows,
+                     run_bytes=spec.task_memory_bytes // 4)  # fmt: skip
+    assert runs.runs == len(set(file_of_cell.tolist())), "a run per file: each file's rows fit a task's memory"
+    records = list(rewrite_tasks._split_task(spec, runs, 0, paths))
     # Every stream file spans the whole key range, so split file by file each would send a record
     # to nearly every output file; gathered into batches of BATCH_ROWS (all 9,000 rows here), one
-    # record per output file.
-    assert len(paths) >= 6 and len(records) == len(set(file_of_cell.tolist())) <= 12
-    shipped = pa.concat_tables(pa.ipc.open_stream(blob).read_all() for _, (_, _, blob) in records)
-    assert shipped.num_rows == group.rows == 9_000
+    # record per run.
+    assert len(paths) >= 6 and len(records) == runs.runs <= 12
+    shipped = pa.concat_tables(pa.ipc.open_stream(blob).read_all() for _, (_, _, _, _, blob) in records)
+    assert shipped.num_rows == sum(rows for _, (_, _, rows, _, _) in records) == group.rows == 9_000
+
+
+def test_the_in_task_rewrite_in_a_small_memory_budget_spills_and_writes_the_same_files_row_for_row(  # type: ignore[no-untyped-def]
+    spark, filled, tmp_path: Path
+) -> None:
+    """With a budget far below a file's rows, each file is cut into many runs, the reducers spill
+    what they receive, runs the estimate got wrong are cut again: the files hold the same rows in
+    the same order as with room for whole files, and the spill directory is left empty."""
+    from lakecluster import metrics
+
+    table = tmp_path / "t"
+    config, compactor, group, layout = _first_group_and_layout(spark, filled, table, per_batch=1_000)
+    spill = tmp_path / "spill"
+    spilled = metrics.REGISTRY.get_sample_value("lakecluster_compaction_spilled_bytes_total") or 0.0
+    out = {}
+    for name, memory in (("roomy", 512 << 20), ("small", 64 << 10)):
+        spec = RewriteSpec.for_columns(str(table), config.table.columns, (), layout, target_files=6,
+                                       file_prefix=f"g01-{name}", task_memory_bytes=memory,
+                                       spill_dir=str(spill))  # fmt: skip
+        written = rewrite_in_tasks(compactor.spark, group, spec)
+        # The file's number and piece end its name: the same in both runs.
+        out[name] = {f.path.rsplit("-c", 1)[1]: pq.read_table(table / f.path) for f in written}
+        now = metrics.REGISTRY.get_sample_value("lakecluster_compaction_spilled_bytes_total") or 0.0
+        out[name + " spilled"], spilled = now - spilled, now
+    assert out["roomy spilled"] == 0 and out["small spilled"] > 100_000
+    assert sorted(out["roomy"]) == sorted(out["small"]) and len(out["roomy"]) >= 5
+    for piece, rows in out["roomy"].items():
+        assert rows.equals(out["small"][piece]), piece
+    assert sum(t.num_rows for t in out["small"].values()) == 9_000
+    assert list(spill.iterdir()) == [], "spill files have no name: nothing is left behind"
 
 
 def test_a_group_the_spark_tasks_cannot_read_is_rewritten_by_sparks_reader(  # type: ignore[no-untyped-def]
