@@ -2,25 +2,30 @@
 128 MiB files by lakecluster and by the anchors, one method after another, each in a fresh process.
 
     python bench/production.py --scale-factor 5
+    python bench/production.py --scale-factor 5 --target-mib 1024
+    python bench/production.py --scale-factor 5 --target-mib 32 --columns s_city,c_city,p_brand1
 
 1. The input: ``6,000,000 x SF`` rows of the full flattened SSB schema from the built-in generator,
    in generator order, as fragments of ``--fragment-rows`` rows (one append and one file each, as
    micro-batches leave them), with the clustering columns' boundary sketches the stream keeps and a
    Delta checksum on the newest version (as a stream-written table has).
 2. Each method on its own copy (data files hard-linked, the log copied), in a new process whose
-   whole process tree (Python and JVM) is sampled for its peak RSS: lakecluster's compactor (one
-   group of the whole table, ``compaction.max_group_bytes`` above it), Delta ``OPTIMIZE ZORDER BY``,
-   liquid clustering (``CLUSTER BY`` + ``OPTIMIZE FULL``) and delta-rs ``optimize.z_order``, every
-   one to ``--target-mib`` files. Throughput: input MB / seconds from the first read to the
-   committed version.
+   whole process tree (Python and JVM) is sampled for its peak RSS, and for the largest peak of a
+   Spark Python worker (the tasks it runs), with delta-rs stopped above ``--cap-mib`` (reported as
+   failed): lakecluster's compactor (one group of the whole table, ``compaction.max_group_bytes``
+   above it), Delta ``OPTIMIZE ZORDER BY``, liquid clustering (``CLUSTER BY`` + ``OPTIMIZE FULL``)
+   and delta-rs ``optimize.z_order``, every one to ``--target-mib`` files. Throughput: input MB /
+   seconds from the first read to the committed version.
 3. On each layout (and the input), in another new process: the 13 SSB queries through Spark +
    delta-spark (files and bytes read by Spark's scan metrics, seconds of one run after a warm-up), and the
    correctness checks: the row count and an order-independent hash of every column, read once by
    delta-rs and once by DuckDB's delta extension, must equal the input's, and every query must
-   return the input's answer. The layout is deleted once measured.
+   return the input's answer; the sizes of its files (min, median, max as x the target, and how
+   many fall outside 0.85-1.15 x). The layout is deleted once measured.
 
 Prints a table and rewrites the "## Production size" section of docs/benchmarks.md (unless
---no-write). Disk: the input plus one layout (~2 x 4 GB at scale factor 5).
+--no-write; other target sizes and columns have a section each). Disk: the input plus one layout
+(~2 x 4 GB at scale factor 5).
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def _spark() -> Any:
 # -- 1. the input --------------------------------------------------------------------------------
 
 
-def build(path: Path, scale_factor: float, fragment_rows: int) -> dict:
+def build(path: Path, scale_factor: float, fragment_rows: int, columns: list[str]) -> dict:
     """The fragments at ``path`` (delta-rs appends), their sketches, a checksum; what was written."""
     from deltalake import DeltaTable, write_deltalake
 
@@ -74,11 +79,11 @@ def build(path: Path, scale_factor: float, fragment_rows: int) -> dict:
     rows = int(6_000_000 * scale_factor)
     settings = GeneratorSettings(scale_factor=scale_factor)
     by_name = {c.name: c for c in SSB_FULL_COLUMNS}
-    sketches = BoundarySketches.empty([by_name[c] for c in COLUMNS])
+    sketches = BoundarySketches.empty([by_name[c] for c in columns])
     for start in range(0, rows, fragment_rows):
         batch = generate(start, min(rows, start + fragment_rows), settings, SSB_FULL_COLUMNS)
         write_deltalake(str(path), pa.Table.from_batches([batch]), mode="append")
-        for c in COLUMNS:  # the sketches the stream keeps as it writes
+        for c in columns:  # the sketches the stream keeps as it writes
             sketches.sketches[c].update(batch.column(c))
     table = DeltaTable(str(path))
     table.create_checkpoint()
@@ -109,22 +114,22 @@ def copy_table(source: Path, target: Path) -> None:
 # -- 2. the methods ------------------------------------------------------------------------------
 
 
-def rewrite(method: str, path: Path, target: int, in_bytes: int) -> dict:
+def rewrite(method: str, path: Path, target: int, in_bytes: int, columns: list[str]) -> dict:
     """One method on the copy at ``path``; seconds from the first read to the committed version."""
     if method == "delta-rs z_order":
         from deltalake import DeltaTable
 
         started = time.perf_counter()
-        DeltaTable(str(path)).optimize.z_order(COLUMNS, target_size=target)
+        DeltaTable(str(path)).optimize.z_order(columns, target_size=target)
         return {"seconds": time.perf_counter() - started}
     spark = _spark()
     spark.conf.set("spark.databricks.delta.optimize.maxFileSize", str(target))
     if method == "Delta ZORDER":
         started = time.perf_counter()
-        spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY ({', '.join(COLUMNS)})").collect()
+        spark.sql(f"OPTIMIZE delta.`{path}` ZORDER BY ({', '.join(columns)})").collect()
         return {"seconds": time.perf_counter() - started}
     if method == "Delta liquid":
-        spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(COLUMNS)})").collect()
+        spark.sql(f"ALTER TABLE delta.`{path}` CLUSTER BY ({', '.join(columns)})").collect()
         started = time.perf_counter()
         spark.sql(f"OPTIMIZE delta.`{path}` FULL").collect()
         return {"seconds": time.perf_counter() - started}
@@ -134,7 +139,7 @@ def rewrite(method: str, path: Path, target: int, in_bytes: int) -> dict:
 
     cfg = path.parent / "lakecluster.toml"
     # One group of the whole table; the index sync that follows a commit is not part of the rewrite.
-    text = compactor_config(path, SSB_FULL_COLUMNS, COLUMNS, target, 2 * in_bytes)
+    text = compactor_config(path, SSB_FULL_COLUMNS, columns, target, 2 * in_bytes)
     cfg.write_text(text + "[index]\nenabled = false\n")
     compactor = Compactor(load_config(cfg, environ={}), spark=spark)
     started = time.perf_counter()
@@ -179,41 +184,60 @@ def queries(path: Path) -> dict:
                      "seconds": time.perf_counter() - started,
                      "answer": sorted(repr(tuple(r)) for r in result)}  # fmt: skip
     files = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"])
-    return {"queries": out, "files": files}
+    from deltalake import DeltaTable
+
+    sizes = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))["size_bytes"].to_pylist()
+    return {"queries": out, "files": files, "sizes": sizes}
 
 
 # -- the parent: fresh processes, peak RSS of each tree ------------------------------------------
 
 
-def _tree_rss_mb(root: int) -> dict[str, float]:
+def _tree_rss_mb(root: int) -> tuple[dict[str, float], float, float]:
     """RSS in MiB of ``root`` and every descendant, from /proc, summed by kind: "java" (the JVM)
-    and "python" (the driver's process and Spark's Python workers)."""
+    and "python" (the driver's process and Spark's Python workers); the largest RSS of one
+    process other than ``root`` that is not a JVM (a Spark Python worker: the tasks it runs); and
+    the RSS of ``root`` (the Python driver)."""
     page = os.sysconf("SC_PAGE_SIZE") / 2**20
     by_kind: dict[str, float] = {"java": 0.0, "python": 0.0}
+    largest = driver = 0.0
     for pid, fields in tree_stats(root).items():
         try:
             with open(f"/proc/{pid}/comm") as f:
                 kind = "java" if f.read().strip() == "java" else "python"
         except OSError:
             continue
-        by_kind[kind] += int(fields[21]) * page
-    return by_kind
+        rss = int(fields[21]) * page
+        by_kind[kind] += rss
+        if pid == root:
+            driver = rss
+        elif kind == "python":
+            largest = max(largest, rss)
+    return by_kind, largest, driver
 
 
-def child(*args: str) -> tuple[dict, dict[str, float]]:
+def child(*args: str, cap_mib: float | None = None) -> tuple[dict, dict[str, float]]:
     """Run this script with ``args`` in a new process; (its JSON answer, RSS in MiB of its tree at
-    its peak, by kind: ``_tree_rss_mb``)."""
+    its peak by kind, ``_tree_rss_mb``, with the largest worker's peak as ``"largest task"`` and the
+    Python driver's as ``"driver"``). A tree above ``cap_mib`` is killed (``StepFailed``)."""
     proc = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     peak: dict[str, float] = {"java": 0.0, "python": 0.0}
+    largest = driver = 0.0
+    capped = threading.Event()
     stop = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, largest, driver
         while not stop.is_set():
-            now = _tree_rss_mb(proc.pid)
+            now, worker, root = _tree_rss_mb(proc.pid)
+            largest, driver = max(largest, worker), max(driver, root)
             if sum(now.values()) > sum(peak.values()):
                 peak = now
+            if cap_mib is not None and sum(now.values()) > cap_mib:
+                capped.set()
+                proc.kill()
+                return
             stop.wait(0.25)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -221,16 +245,29 @@ def child(*args: str) -> tuple[dict, dict[str, float]]:
     out, err = proc.communicate()
     stop.set()
     sampler.join()
+    if capped.is_set():
+        raise StepFailed(f"{' '.join(args[:3])} stopped at the memory cap of {cap_mib:,.0f} MiB (its tree's RSS)")
     if proc.returncode != 0:
         raise StepFailed(f"{' '.join(args[:3])} failed (exit {proc.returncode}):\n{err[-3000:]}")
-    return json.loads(out.strip().splitlines()[-1]), peak
+    return json.loads(out.strip().splitlines()[-1]), {**peak, "largest task": largest, "driver": driver}
+
+
+def _tree_peak(by_kind: dict[str, float]) -> float:
+    return by_kind["java"] + by_kind["python"]
+
+
+def _size_spread(sizes: list[int], target: int) -> str:
+    if not sizes:
+        return ""
+    ordered = sorted(sizes)
+    return " / ".join(f"{x / target:.2f}" for x in (ordered[0], ordered[len(ordered) // 2], ordered[-1]))
 
 
 class StepFailed(Exception):
     """A child process failed (its error output is in the message)."""
 
 
-def render(command: str, facts: dict, layouts: dict[str, dict], failed: dict[str, str]) -> str:
+def render(heading: str, command: str, facts: dict, layouts: dict[str, dict], failed: dict[str, str]) -> str:
     names = list(layouts)
     head = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"
     mb = facts["bytes"] / 1e6
@@ -241,11 +278,19 @@ def render(command: str, facts: dict, layouts: dict[str, dict], failed: dict[str
 
     row("rewrite (s)", [f"{v['seconds']:.0f}" if "seconds" in v else "" for v in layouts.values()])
     row("rewrite MB/s", [f"{mb / v['seconds']:.1f}" if "seconds" in v else "" for v in layouts.values()])
-    row("peak RSS, process tree (MiB)", [f"{sum(v['rss_by_kind'].values()):,.0f}" if "rss_by_kind" in v else ""
+    row("peak RSS, process tree (MiB)", [f"{_tree_peak(v['rss_by_kind']):,.0f}" if "rss_by_kind" in v else ""
                                          for v in layouts.values()])  # fmt: skip
     row("of which the JVM / Python", [f"{v['rss_by_kind']['java']:,.0f} / {v['rss_by_kind']['python']:,.0f}"
                                       if "rss_by_kind" in v else "" for v in layouts.values()])  # fmt: skip
+    row("Python driver's peak RSS (MiB)", [f"{v['rss_by_kind']['driver']:,.0f}" if "rss_by_kind" in v else ""
+                                           for v in layouts.values()])  # fmt: skip
+    row("largest task's peak RSS (MiB)", [f"{v['rss_by_kind']['largest task']:,.0f}" if "rss_by_kind" in v else ""
+                                          for v in layouts.values()])  # fmt: skip
     row("files", [f"{v['files']:,}" for v in layouts.values()])
+    target = facts["target_mib"] << 20
+    row("file size, min / p50 / max (× target)", [_size_spread(v["sizes"], target) for v in layouts.values()])
+    row("files outside 0.85–1.15 × target", [str(sum(not 0.85 <= s / target <= 1.15 for s in v["sizes"]))
+                                             for v in layouts.values()])  # fmt: skip
     for q in QUERIES:
         row(f"{q} files read", [f"{v['queries'][q]['files']:,}" for v in layouts.values()])
     row("**files read, 13 queries**", [f"**{sum(x['files'] for x in v['queries'].values()):,}**"
@@ -271,9 +316,9 @@ def render(command: str, facts: dict, layouts: dict[str, dict], failed: dict[str
                + ". Goal: ≥ 1.5 × Delta ZORDER's"
                " MB/s and ≥ 1.0 × delta-rs's, with no worse layout.\n")  # fmt: skip
     summary += "".join(f"\n{k} failed: `{v}`\n" for k, v in failed.items())
-    return (f"## Production size\n\n`{command}` — {facts['rows']:,} rows of the flattened SSB table "
+    return (f"{heading}\n\n`{command}` — {facts['rows']:,} rows of the flattened SSB table "
             f"({mb:,.0f} MB of Parquet in {facts['files']:,} fragments of {facts['fragment_rows']:,} rows), "
-            f"clustered on {', '.join(COLUMNS)} into files of {facts['target_mib']} MiB by each method, "
+            f"clustered on {', '.join(facts['columns'])} into files of {facts['target_mib']} MiB by each method, "
             "each in a fresh process on its own copy; Spark `local[2]`, driver memory "
             f"{DRIVER_MEMORY}. Every layout held the input's rows (count and a hash of every column, by "
             "delta-rs and by DuckDB) and gave the input's answer to every query.\n\n" + "".join(lines) + summary)
@@ -285,6 +330,9 @@ def main() -> None:
     p.add_argument("--fragment-rows", type=int, default=200_000)
     p.add_argument("--target-mib", type=int, default=128)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--columns", default=",".join(COLUMNS), help="the clustering columns, comma-separated")
+    p.add_argument("--cap-mib", type=float, default=16_384,
+                   help="delta-rs's process tree is stopped above this RSS (MiB); its run is reported as failed")
     p.add_argument("--work", help="directory for the tables (default: a temporary one)")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--step", nargs="+", help=argparse.SUPPRESS)  # a child's task
@@ -292,23 +340,26 @@ def main() -> None:
     if args.step:
         kind, *rest = args.step
         if kind == "build":
-            answer = build(Path(rest[0]), float(rest[1]), int(rest[2]))
+            answer = build(Path(rest[0]), float(rest[1]), int(rest[2]), rest[3].split(","))
         elif kind == "rewrite":
-            answer = rewrite(rest[0], Path(rest[1]), int(rest[2]), int(rest[3]))
+            answer = rewrite(rest[0], Path(rest[1]), int(rest[2]), int(rest[3]), rest[4].split(","))
         else:
             answer = {**queries(Path(rest[0])), "fingerprint": fingerprint(Path(rest[0]))}
         print(json.dumps(answer))
         return
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     command = f"python bench/production.py --scale-factor {args.scale_factor:g}" + (
         f" --fragment-rows {args.fragment_rows}" if args.fragment_rows != 200_000 else "") + (
-        f" --target-mib {args.target_mib}" if args.target_mib != 128 else "")  # fmt: skip
+        f" --target-mib {args.target_mib}" if args.target_mib != 128 else "") + (
+        f" --columns {','.join(columns)}" if columns != COLUMNS else "")  # fmt: skip
     target = args.target_mib << 20
     with tempfile.TemporaryDirectory(prefix="lc-production-", dir=args.work) as tmp:
         work = Path(tmp)
         source = work / "input"
         started = time.perf_counter()
-        facts, _ = child("--step", "build", str(source), str(args.scale_factor), str(args.fragment_rows))
-        facts.update(fragment_rows=args.fragment_rows, target_mib=args.target_mib)
+        facts, _ = child("--step", "build", str(source), str(args.scale_factor), str(args.fragment_rows),
+                         ",".join(columns))  # fmt: skip
+        facts.update(fragment_rows=args.fragment_rows, target_mib=args.target_mib, columns=columns)
         print(f"input: {facts['rows']:,} rows, {facts['bytes'] / 1e6:,.0f} MB in {facts['files']:,} files "
               f"({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
         reference, _ = child("--step", "queries", str(source))
@@ -318,7 +369,8 @@ def main() -> None:
             path = work / "layout" / "table"
             copy_table(source, path)
             try:
-                done, peak = child("--step", "rewrite", method, str(path), str(target), str(facts["bytes"]))
+                done, peak = child("--step", "rewrite", method, str(path), str(target), str(facts["bytes"]),
+                                   ",".join(columns), cap_mib=args.cap_mib if method == "delta-rs z_order" else None)
                 measured, _ = child("--step", "queries", str(path))
             except StepFailed as e:  # the others still run; the table says which failed
                 print(e, flush=True)
@@ -333,14 +385,18 @@ def main() -> None:
             for q in QUERIES:
                 assert measured["queries"][q]["answer"] == reference["queries"][q]["answer"], f"{method}: {q} differs"
             print(f"{method}: {done['seconds']:.0f} s, {facts['bytes'] / 1e6 / done['seconds']:.1f} MB/s, peak "
-                  f"{sum(peak.values()):,.0f} MiB, {measured['files']} files, read "
+                  f"{_tree_peak(peak):,.0f} MiB (largest task {peak['largest task']:,.0f}), {measured['files']} files, "
+                  f"{_size_spread(measured['sizes'], target)} x target, read "
                   f"{sum(x['files'] for x in measured['queries'].values())} files in 13 queries", flush=True)
     if "lakecluster" not in layouts:
         return
-    section = render(command, facts, layouts, failed)
+    heading = "## Production size" + (
+        f": {args.target_mib:,} MiB files" if args.target_mib != 128 or columns != COLUMNS else "") + (
+        f" on {', '.join(columns)}" if columns != COLUMNS else "")  # fmt: skip
+    section = render(heading, command, facts, layouts, failed)
     print(section)
     if not args.no_write:
-        write_section(REPO / "docs" / "benchmarks.md", "## Production size", section)
+        write_section(REPO / "docs" / "benchmarks.md", heading + "\n", section)
 
 
 if __name__ == "__main__":

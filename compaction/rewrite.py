@@ -65,6 +65,9 @@ class RewriteSpec:
     # spills the rest ("": Spark's local directory, else the system's temporary one).
     task_memory_bytes: int = 512 << 20
     spill_dir: str = ""
+    # The rows an output file holds (compaction.target_file_bytes at the bytes per row expected);
+    # None: the group's rows over target_files.
+    target_rows: float | None = None
 
     @classmethod
     def for_columns(cls, table_uri: str, columns: Sequence[ColumnSpec], partition_by: Sequence[str],
@@ -113,15 +116,13 @@ def _key_task(spec: RewriteSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[
 
 def _write_task(
     spec: RewriteSpec,
-    file_rows: dict[int, int],
-    file_pieces: dict[int, int],
+    file_pieces: dict[int, tuple[int, ...]],
     partition: dict[str, str | None],
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """Write this task's rows (sorted by file, then key) as files, streaming: one batch in memory.
 
-    A file id with more rows than a file should hold is cut into ``file_pieces`` equal pieces
-    along the key; the row counts per file id are known from the planning step.
+    A file id (a run of cells) is written as the files of ``file_pieces``' rows, cut along the key.
     """
     fs, root = filesystem(spec.table_uri, spec.storage)
     schema = spec.schema
@@ -141,11 +142,10 @@ def _write_task(
         ends = np.r_[starts[1:], len(file_ids)]
         for start, end in zip(starts, ends, strict=True):
             fid = int(file_ids[start])
-            total, k = file_rows[fid], file_pieces[fid]
             pos = seen.get(fid, 0)
             seen[fid] = pos + int(end - start)
             # cut points of the file's pieces, in the file's own row numbering
-            cuts = [(total * i) // k for i in range(1, k)]
+            cuts = np.cumsum(file_pieces[fid])[:-1].tolist()
             offset = int(start)
             while offset < end:
                 row = pos + (offset - int(start))
@@ -204,12 +204,9 @@ def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[Writte
             return []
         # Files from the rows actually read: files of other writers may carry no stats (no row
         # count), and sizing by a count of 0 would make a file per row.
-        plan, plan_pieces = file_plan([c for _, c in counts], spec.target_files)
+        plan, plan_pieces = file_plan([c for _, c in counts], spec.target_files, step=spec.target_rows)
         file_of_cell = plan.tolist()
-        rows_per_file: dict[int, int] = {}
-        for (_, c), f in zip(counts, file_of_cell, strict=True):
-            rows_per_file[f] = rows_per_file.get(f, 0) + c
-        file_pieces = dict(enumerate(plan_pieces.tolist()))
+        file_pieces = dict(enumerate(plan_pieces))
         mapping = spark.createDataFrame(
             [(cell, f) for (cell, _), f in zip(counts, file_of_cell, strict=True)], f"{CELL} binary, {FILE} int"
         )
@@ -217,7 +214,7 @@ def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[Writte
         arranged = (
             keyed.join(F.broadcast(mapping), CELL).drop(CELL).repartition(tasks, FILE).sortWithinPartitions(FILE, KEY)
         )
-        write = functools.partial(_write_task, spec, rows_per_file, file_pieces, group.partition_values)
+        write = functools.partial(_write_task, spec, file_pieces, group.partition_values)
         out = arranged.mapInArrow(write, OUTPUT_DDL).collect()
     finally:
         keyed.unpersist()

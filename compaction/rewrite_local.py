@@ -41,18 +41,16 @@ def read_local(group: Group, spec: RewriteSpec) -> pa.Table:
     return read_live(fs, root, group.files, spec.schema, row_tracking=spec.row_tracking)
 
 
-def file_slices(cells: np.ndarray, target_files: int) -> list[tuple[int, int]]:
+def file_slices(cells: np.ndarray, target_files: int, target_rows: float | None = None) -> list[tuple[int, int]]:
     """(start, stop) of each output file's rows, given every row's cell in key order."""
     starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
     counts = np.diff(np.r_[starts, len(cells)])
-    file_of_cell, file_pieces = file_plan(counts, target_files)
+    file_of_cell, file_pieces = file_plan(counts, target_files, step=target_rows)
     first_cells = np.flatnonzero(np.r_[True, file_of_cell[1:] != file_of_cell[:-1]])
-    file_starts = starts[first_cells].tolist()
     out: list[tuple[int, int]] = []
-    for start, end, k in zip(file_starts, [*file_starts[1:], len(cells)], file_pieces.tolist(), strict=True):
-        cuts = [start + ((end - start) * i) // k for i in range(k + 1)]
-        out.extend(itertools.pairwise(cuts))
-    return out
+    for start, pieces in zip(starts[first_cells].tolist(), file_pieces, strict=True):
+        out.extend(itertools.pairwise(start + np.r_[0, np.cumsum(pieces)]))
+    return [(int(a), int(b)) for a, b in out]
 
 
 def rewrite_local(group: Group, spec: RewriteSpec, stop: threading.Event | None = None) -> list[WrittenFile]:
@@ -68,7 +66,8 @@ def rewrite_local(group: Group, spec: RewriteSpec, stop: threading.Event | None 
     # One sorted copy of the whole group: a take per output file from a table of one chunk per input
     # file passes over every chunk each time (15 s instead of 1.3 s for 1,000 files into 1,000).
     table = table.take(pa.array(order))
-    slices = file_slices(np.ascontiguousarray(cell[order]).view(f"S{cell.shape[1]}").ravel(), spec.target_files)
+    slices = file_slices(np.ascontiguousarray(cell[order]).view(f"S{cell.shape[1]}").ravel(), spec.target_files,
+                         spec.target_rows)  # fmt: skip
     fs, root = filesystem(spec.table_uri, spec.storage)
     schema = table.schema
     token = uuid.uuid4().hex[:16]

@@ -208,8 +208,9 @@ def _sorted_parts(store: BlobStore, run: int, budget: int, spill_dir: str,
         store.spilled_bytes += inner.spilled_bytes
 
 
-def _write_task(spec: RewriteSpec, runs: RunPlan, file_pieces: dict[int, int], partition: dict[str, str | None],
-                token: str, records: Iterator[_Record]) -> Iterator[dict]:  # fmt: skip
+def _write_task(spec: RewriteSpec, runs: RunPlan, file_pieces: dict[int, tuple[int, ...]],
+                partition: dict[str, str | None], token: str,
+                records: Iterator[_Record]) -> Iterator[dict]:  # fmt: skip
     """Each output file of this reducer, written run by run in key order (in pieces when it is
     too big), then one record of the bytes it spilled."""
     spill_dir = spill_directory(spec.spill_dir)
@@ -230,18 +231,17 @@ def _write_task(spec: RewriteSpec, runs: RunPlan, file_pieces: dict[int, int], p
         yield {"spilled_bytes": store.spilled_bytes}
 
 
-def _write_file(spec: RewriteSpec, store: BlobStore, runs: Sequence[int], pieces: int,
+def _write_file(spec: RewriteSpec, store: BlobStore, runs: Sequence[int], pieces: tuple[int, ...],
                 piece_writer: Callable[[int, pa.Schema], FileWriter], spill_dir: str) -> Iterator[dict]:  # fmt: skip
-    """One output file's runs, sorted one at a time and written in order as ``pieces`` files of
-    equal rows."""
-    total = sum(e.rows for r in runs for e in store.entries(r))
-    ends = [(total * i) // pieces for i in range(1, pieces + 1)]  # rows written when each piece ends
+    """One run of cells (``file_plan``) written in key order as files of ``pieces`` rows, its runs
+    of keys (``runs``) sorted one at a time."""
+    ends = np.cumsum(pieces).tolist()  # rows written when each piece ends
     piece, done, writer = 0, 0, None
     for run in runs:
         for table, order in _sorted_parts(store, run, spec.task_memory_bytes // 2, spill_dir):
             start = 0
             while start < len(order):
-                while writer is None and ends[piece] == done:  # a piece of no rows (fewer rows than pieces)
+                while writer is None and ends[piece] == done:  # a piece of no rows
                     piece += 1
                 writer = writer or piece_writer(piece, table.schema)
                 take = min(len(order) - start, ends[piece] - done)
@@ -280,10 +280,9 @@ def rewrite_in_tasks(spark: SparkSession, group: Group, spec: RewriteSpec) -> li
     cells, counts = _merge_counts(counted)
     if len(cells) == 0:
         return []
-    file_of_cell, plan_pieces = file_plan(counts, spec.target_files)
-    rows_per_file = np.bincount(file_of_cell, weights=counts).astype(np.int64)
-    file_pieces = dict(enumerate(plan_pieces.tolist()))
-    files = len(rows_per_file)
+    file_of_cell, plan_pieces = file_plan(counts, spec.target_files, step=spec.target_rows)
+    file_pieces = dict(enumerate(plan_pieces))
+    files = len(plan_pieces)
     sampled = [c for c in counted if len(c.samples)]
     samples = np.concatenate([c.samples for c in sampled])
     per_row = sum(c.sample_bytes for c in counted) / max(1, sum(c.sample_rows for c in counted))

@@ -20,6 +20,7 @@ Everything is vectorised over Arrow batches.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -378,62 +379,94 @@ def even_cuts(mass: np.ndarray, levels: int) -> np.ndarray:
     return np.asarray(sorted(cuts), dtype=np.int64)
 
 
-# How far (in files) a cut between output files may move to fall between two cells: up to the
-# nearest boundary, so wherever cells are no larger than a file, every file holds whole cells.
-SNAP = 0.5
-MIN_FILE = 0.25  # a moved cut never leaves a file smaller than this (in files) behind it
+# How far a planned output file may be from the rows of a target file: the files the plan makes
+# hold 0.9-1.1 x the target's rows (one remainder excepted), leaving room for how differently
+# their rows compress within 0.85-1.15 x the target's bytes.
+FILE_TOLERANCE = 0.1
 
 
-def file_plan(
-    cell_rows: Sequence[int] | np.ndarray, target_files: int, *, snap: float = SNAP
-) -> tuple[np.ndarray, np.ndarray]:
-    """(file number of each cell, pieces of each file) for cells given in curve order.
+def _even_pieces(rows: int, step: float, tolerance: float, files_after: float | None = None) -> int | None:
+    """The number of equal pieces ``rows`` splits into, each within ``tolerance`` of ``step``, or
+    None when no number does. Of several, the one nearest ``files_after`` (the files the rows
+    before and these should make, in steps) when given, else the one whose pieces are nearest ``step``."""
+    fewest, most = max(1, int(np.ceil(rows / (step * (1 + tolerance))))), int(rows // (step * (1 - tolerance)))
+    if fewest > most:
+        return None
+    if files_after is not None:
+        return min(max(round(files_after), fewest), most)
+    return min(range(fewest, most + 1), key=lambda k: abs(rows / k - step))
 
-    The rows are cut into ``target_files`` files of equal size, then each cut moves to the nearest
-    boundary between two cells when one lies within ``snap`` of a file: a file that holds whole
-    cells keeps the cells' narrow ranges, and a cut left inside a cell costs every query on that
-    cell a second file. A file is a run of whole cells between two moved cuts, written as
-    ``pieces`` equal parts (one more than the cuts that found no boundary nearby): a cell larger
-    than a file is cut into pieces of about the target, never into a file of its own plus a sliver.
 
-    Cuts only move, they are never added, and cuts that move to the same boundary (or leave less
-    than ``MIN_FILE`` of a file between them) become one: a group is written as at most
-    ``target_files`` files, however unequal its cells (skewed values, round cuts). Each cell
-    becoming a file of its own, as before, wrote a file per cell of half a file or more: 21%
-    more files than asked on SSB (364 for 300).
+def _equal(rows: int, k: int) -> tuple[int, ...]:
+    return tuple(int(b - a) for a, b in itertools.pairwise((rows * i) // k for i in range(k + 1)))
+
+
+def file_plan(cell_rows: Sequence[int] | np.ndarray, target_files: int, *, step: float | None = None,
+              tolerance: float = FILE_TOLERANCE) -> tuple[np.ndarray, list[tuple[int, ...]]]:  # fmt: skip
+    """(run of each cell, the rows of each output file each run is written as), for cells given in
+    curve order. A run is a sequence of whole cells; its files cut it in key order.
+
+    Every file holds ``step`` rows within ``tolerance`` (default: the rows over ``target_files``),
+    but the one that holds the group's remainder. Along the curve, a run ends at the cell
+    boundary within the tolerance nearest where the n-th file should end (n x ``step``: files
+    of 0.9 x do not add up to a file too many): where cells are no larger than a file, every
+    file holds whole cells (a cut inside a cell costs every query on that cell a second file).
+    Where no boundary lies within it (a cell larger than a file, or cells of about a file each),
+    the run goes on to the first boundary where its rows split into equal files within the
+    tolerance, and is written as those files. The rows left at the end are merged into the run
+    before them when that keeps its files within the tolerance; else they make the remainder file.
     """
     rows = np.asarray(cell_rows, dtype=np.int64)
     if len(rows) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), []
     ends = np.cumsum(rows)
     total = int(ends[-1])
-    files = max(1, min(int(target_files), total))
-    step = total / files
-    ideal = step * np.arange(1, files)
-    inner = ends[:-1]  # boundaries between two cells
-    if len(inner):
-        at = np.clip(np.searchsorted(inner, ideal), 1, len(inner)) - 1
-        nearer = np.minimum(at + 1, len(inner) - 1)
-        take_next = np.abs(inner[nearer] - ideal) < np.abs(inner[at] - ideal)
-        nearest = inner[np.where(take_next, nearer, at)]
-        moved = np.abs(nearest - ideal) <= snap * step
-    else:
-        nearest, moved = np.zeros(len(ideal), dtype=np.int64), np.zeros(len(ideal), dtype=bool)
-    # One pass over the cuts (one per file, not per row): a moved cut within MIN_FILE of the cut
-    # before it (moved or not) is dropped, so two cuts never leave a sliver between them.
-    kept = np.ones(len(ideal), dtype=bool)
-    previous = 0.0
-    for i in range(len(ideal)):
-        here = float(nearest[i]) if moved[i] else float(ideal[i])
-        if moved[i] and here - previous < MIN_FILE * step:
-            kept[i] = False
-            continue
-        previous = here
-    cuts = nearest[moved & kept]  # boundaries between files, in rows before them (increasing)
-    file_of_cell = np.searchsorted(cuts, ends - rows, side="right")
-    inside = np.searchsorted(cuts, ideal[~moved], side="right")  # the file each unmoved cut falls in
-    pieces = 1 + np.bincount(inside, minlength=len(cuts) + 1)
-    return file_of_cell.astype(np.int64), pieces.astype(np.int64)
+    step = max(1.0, float(step) if step is not None else total / max(1, min(int(target_files), total)))
+    low, high = (1 - tolerance) * step, (1 + tolerance) * step
+    last_cells: list[int] = []  # the last cell of each run
+    pieces: list[tuple[int, ...]] = []
+    cell, done = 0, 0  # the run's first cell, the rows before it
+    while cell < len(rows):
+        left = total - done
+        made = sum(map(len, pieces))  # files so far
+        if left < low and pieces:  # the remainder: into the run before it, or a file of its own
+            merged = _even_pieces(sum(pieces[-1]) + left, step, tolerance, total / step - made + len(pieces[-1]))
+            if merged:
+                pieces[-1] = _equal(sum(pieces[-1]) + left, merged)
+                last_cells[-1] = len(rows) - 1
+            else:
+                pieces.append((left,))
+                last_cells.append(len(rows) - 1)
+            break
+        first = max(cell, int(np.searchsorted(ends, done + low, side="left")))
+        last = int(np.searchsorted(ends, done + high, side="right")) - 1
+        if first <= last:  # a boundary within the tolerance: the one nearest the files' grid
+            # (file n ends near n x step, so files of 0.9 x do not add up to one file too many)
+            aim = min(max((made + 1) * step, done + low), done + high)
+            end = first + int(np.argmin(np.abs(ends[first : last + 1] - aim)))
+            run: tuple[int, ...] = (int(ends[end]) - done,)
+        else:
+            end, run = len(rows) - 1, ()
+            for j in range(min(first, len(rows) - 1), len(rows)):
+                k = _even_pieces(int(ends[j]) - done, step, tolerance, int(ends[j]) / step - made)
+                if k is not None:
+                    end, run = j, _equal(int(ends[j]) - done, k)
+                    break
+            merged = (_even_pieces(sum(pieces[-1]) + left, step, tolerance, total / step - made + len(pieces[-1]))
+                      if not run and pieces else None)  # fmt: skip
+            if merged:  # the rest cannot be cut evenly, but with the run before it it can
+                pieces[-1] = _equal(sum(pieces[-1]) + left, merged)
+                last_cells[-1] = len(rows) - 1
+                break
+            if not run:  # files of `step` rows, then the remainder
+                size = round(step)
+                full = left // size
+                run = (*[size] * full, left - full * size) if left > full * size else (size,) * full
+        last_cells.append(end)
+        pieces.append(run)
+        done, cell = int(ends[end]), end + 1
+    file_of_cell = np.searchsorted(np.asarray(last_cells, dtype=np.int64), np.arange(len(rows)), side="left")
+    return file_of_cell.astype(np.int64), pieces
 
 
 def clustering_depth(actions: pa.Table, paths: Sequence[str] | None, sketches: BoundarySketches, column: str,
