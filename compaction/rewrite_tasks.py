@@ -78,9 +78,11 @@ class Counted:
     sample_rows: int
 
 
-def _count_task(spec: RewriteSpec, files: Sequence[DataFile], stride: int = 1) -> Counted:
-    """The cells and sampled keys of these files' live rows (read column-pruned), and the decoded
-    size of a few thousand whole rows."""
+def _count_task(spec: RewriteSpec, files: Sequence[DataFile], stride: int = 1,
+                max_samples: int = MAX_SAMPLES) -> Counted:  # fmt: skip
+    """The cells and the keys of every ``stride``-th of these files' live rows (read column-pruned;
+    at most ``max_samples`` keys: more rows than the files' stats say take a longer stride), and
+    the decoded size of a few thousand whole rows."""
     fs, root = filesystem(spec.table_uri, spec.storage)
     target = spec.key_schema
     table = pa.Table.from_batches(list(live_batches(fs, root, files, spec.schema, columns=target.names)),
@@ -91,6 +93,7 @@ def _count_task(spec: RewriteSpec, files: Sequence[DataFile], stride: int = 1) -
     distinct, counts = np.unique(cells, return_counts=True)
     whole = next(live_batches(fs, root, files, spec.schema, batch_rows=SIZE_SAMPLE_ROWS,
                               row_tracking=spec.row_tracking), None)  # fmt: skip
+    stride = max(stride, -(-len(key) // max(1, max_samples)))
     return Counted(distinct, counts.astype(np.int64), as_rows(key[::stride]),
                    whole.nbytes if whole is not None else 0, whole.num_rows if whole is not None else 0)
 
@@ -200,7 +203,11 @@ def _sorted_parts(store: BlobStore, run: int, budget: int, spill_dir: str,
     with BlobStore(spill_dir, 0) as inner:
         for entry, blob in store.blobs(run):
             table = _decode(blob)
-            for sub, part in _parted(table, np.searchsorted(cuts, as_rows(_key_rows(table)), side="right")):
+            rows = as_rows(_key_rows(table))
+            # Keys below the first cut, equal to it, between it and the next, ...: a key that
+            # holds most of the run (a cut falls on it) is a sub-run of its own, written as it is.
+            below_or_at = np.searchsorted(cuts, rows, side="left") + np.searchsorted(cuts, rows, side="right")
+            for sub, part in _parted(table, below_or_at):
                 inner.add(sub, entry.order, part.num_rows, part.nbytes, _ipc(part))
         store.drop(run)
         for sub in inner.runs():
@@ -237,6 +244,9 @@ def _write_file(spec: RewriteSpec, store: BlobStore, runs: Sequence[int], pieces
     of keys (``runs``) sorted one at a time."""
     ends = np.cumsum(pieces).tolist()  # rows written when each piece ends
     piece, done, writer = 0, 0, None
+    received = sum(e.rows for r in runs for e in store.entries(r))
+    if received != ends[-1]:  # the count pass and this one read different rows: commit nothing
+        raise RewriteCountsError(f"a run of cells holds {received:,} rows, {ends[-1]:,} were counted")
     for run in runs:
         for table, order in _sorted_parts(store, run, spec.task_memory_bytes // 2, spill_dir):
             start = 0
@@ -250,6 +260,10 @@ def _write_file(spec: RewriteSpec, store: BlobStore, runs: Sequence[int], pieces
                 if done == ends[piece]:
                     yield _described(writer.close())
                     writer, piece = None, piece + 1
+
+
+class RewriteCountsError(RuntimeError):
+    """The rows a reducer received are not the rows the count pass counted for them."""
 
 
 def _described(f: WrittenFile) -> dict:
@@ -275,8 +289,11 @@ def rewrite_in_tasks(spark: SparkSession, group: Group, spec: RewriteSpec) -> li
     sc = spark.sparkContext
     slices = input_slices(group)
     inputs = sc.parallelize(list(enumerate(slices)), len(slices))
+    # Keys sampled in proportion to the rows (the files' stats), at most MAX_SAMPLES in all even
+    # where files carry no row count.
     stride = max(1, -(-max(group.rows, 1) // MAX_SAMPLES))
-    counted = inputs.map(lambda s: _count_task(spec, s[1], stride)).collect()
+    per_task = max(1, MAX_SAMPLES // len(slices))
+    counted = inputs.map(lambda s: _count_task(spec, s[1], stride, per_task)).collect()
     cells, counts = _merge_counts(counted)
     if len(cells) == 0:
         return []

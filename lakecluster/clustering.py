@@ -408,8 +408,8 @@ def file_plan(cell_rows: Sequence[int] | np.ndarray, target_files: int, *, step:
 
     Every file holds ``step`` rows within ``tolerance`` (default: the rows over ``target_files``),
     but the one that holds the group's remainder. Along the curve, a run ends at the cell
-    boundary within the tolerance nearest where the n-th file should end (n x ``step``: files
-    of 0.9 x do not add up to a file too many): where cells are no larger than a file, every
+    boundary within the tolerance nearest where the n-th file should end (n x ``step``, so that
+    files of 0.9 x do not add up to many files too many): where cells are no larger than a file, every
     file holds whole cells (a cut inside a cell costs every query on that cell a second file).
     Where no boundary lies within it (a cell larger than a file, or cells of about a file each),
     the run goes on to the first boundary where its rows split into equal files within the
@@ -425,23 +425,29 @@ def file_plan(cell_rows: Sequence[int] | np.ndarray, target_files: int, *, step:
     low, high = (1 - tolerance) * step, (1 + tolerance) * step
     last_cells: list[int] = []  # the last cell of each run
     pieces: list[tuple[int, ...]] = []
-    cell, done = 0, 0  # the run's first cell, the rows before it
+    cell, done, made = 0, 0, 0  # the run's first cell, the rows before it, the files before it
+
+    def merged_with_last(left: int) -> bool:
+        """The rows left at the end joined to the run before them, when its files stay within."""
+        if not pieces:
+            return False
+        before = made - len(pieces[-1])
+        k = _even_pieces(sum(pieces[-1]) + left, step, tolerance, total / step - before)
+        if k is None:
+            return False
+        pieces[-1], last_cells[-1] = _equal(sum(pieces[-1]) + left, k), len(rows) - 1
+        return True
+
     while cell < len(rows):
         left = total - done
-        made = sum(map(len, pieces))  # files so far
         if left < low and pieces:  # the remainder: into the run before it, or a file of its own
-            merged = _even_pieces(sum(pieces[-1]) + left, step, tolerance, total / step - made + len(pieces[-1]))
-            if merged:
-                pieces[-1] = _equal(sum(pieces[-1]) + left, merged)
-                last_cells[-1] = len(rows) - 1
-            else:
+            if not merged_with_last(left):
                 pieces.append((left,))
                 last_cells.append(len(rows) - 1)
             break
         first = max(cell, int(np.searchsorted(ends, done + low, side="left")))
         last = int(np.searchsorted(ends, done + high, side="right")) - 1
         if first <= last:  # a boundary within the tolerance: the one nearest the files' grid
-            # (file n ends near n x step, so files of 0.9 x do not add up to one file too many)
             aim = min(max((made + 1) * step, done + low), done + high)
             end = first + int(np.argmin(np.abs(ends[first : last + 1] - aim)))
             run: tuple[int, ...] = (int(ends[end]) - done,)
@@ -452,11 +458,7 @@ def file_plan(cell_rows: Sequence[int] | np.ndarray, target_files: int, *, step:
                 if k is not None:
                     end, run = j, _equal(int(ends[j]) - done, k)
                     break
-            merged = (_even_pieces(sum(pieces[-1]) + left, step, tolerance, total / step - made + len(pieces[-1]))
-                      if not run and pieces else None)  # fmt: skip
-            if merged:  # the rest cannot be cut evenly, but with the run before it it can
-                pieces[-1] = _equal(sum(pieces[-1]) + left, merged)
-                last_cells[-1] = len(rows) - 1
+            if not run and merged_with_last(left):  # the rest cannot be cut evenly, with the run before it it can
                 break
             if not run:  # files of `step` rows, then the remainder
                 size = round(step)
@@ -464,7 +466,7 @@ def file_plan(cell_rows: Sequence[int] | np.ndarray, target_files: int, *, step:
                 run = (*[size] * full, left - full * size) if left > full * size else (size,) * full
         last_cells.append(end)
         pieces.append(run)
-        done, cell = int(ends[end]), end + 1
+        done, cell, made = int(ends[end]), end + 1, made + len(run)
     file_of_cell = np.searchsorted(np.asarray(last_cells, dtype=np.int64), np.arange(len(rows)), side="left")
     return file_of_cell.astype(np.int64), pieces
 

@@ -126,3 +126,41 @@ def test_spilled_blobs_read_back_as_written_and_leave_no_file_even_when_the_proc
         child.wait()
     time.sleep(0.1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_of_one_heavy_key_among_others_is_cut_so_the_heavy_key_is_written_as_it_is(tmp_path: Path) -> None:
+    # 99.8 % of the rows share one key: quantile cuts all fall on it, and with [cut, next cut)
+    # sub-runs its sub-run kept the other keys too, was never of one key, and was cut again and
+    # again to the depth limit, then sorted whole (800,000 bytes for a budget of 60,000).
+    rng = np.random.default_rng(0)
+    store = BlobStore(str(tmp_path), memory_limit=0)
+    expected_keys, expected_values = [], []
+    for batch in range(20):
+        keys = np.full((5_000, 2), 7, dtype=np.uint8)
+        keys[:10, 1] = rng.integers(8, 255, 10)
+        values = np.arange(batch * 5_000, (batch + 1) * 5_000)
+        store.add(0, (0, batch), *_blob(keys, values))
+        expected_keys.append(as_rows(keys))
+        expected_values.append(values)
+    parts = list(rewrite_tasks._sorted_parts(store, 0, budget=60_000, spill_dir=str(tmp_path)))
+    assert max(t.nbytes for t, _ in parts) <= 60_000
+    got = np.concatenate([t["v"].to_numpy()[order] for t, order in parts])
+    keys, values = np.concatenate(expected_keys), np.concatenate(expected_values)
+    assert np.array_equal(got, values[np.argsort(keys, kind="stable")])
+
+
+def test_a_reducer_that_receives_other_rows_than_were_counted_writes_nothing(tmp_path: Path) -> None:
+    class Spec:
+        task_memory_bytes = 1 << 20
+
+    store = BlobStore(str(tmp_path), memory_limit=1 << 20)
+    store.add(0, (0, 0), *_blob(np.zeros((95, 1), dtype=np.uint8), np.arange(95)))
+    opened = []
+
+    def piece_writer(piece: int, schema: pa.Schema) -> object:
+        opened.append(piece)
+        raise AssertionError("no file may be opened")
+
+    with pytest.raises(rewrite_tasks.RewriteCountsError, match="95 rows, 100 were counted"):
+        list(rewrite_tasks._write_file(Spec(), store, [0], (50, 50), piece_writer, str(tmp_path)))  # type: ignore[arg-type]
+    assert opened == []
