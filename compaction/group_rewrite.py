@@ -123,8 +123,7 @@ class GroupRewriter:
             metrics.COMPACTION_GROUPS.labels("skipped").inc()
             return GroupResult(group, "skipped", 0, 0, 0.0, None, 0.0, 0.0,
                                "inputs already rewritten by another compactor")  # fmt: skip
-        per_row = self.compacted_bytes_per_row(group.partition_values)
-        n_out = group.expected_files(cfg.target_file_bytes, per_row)
+        n_out = group.expected_files(cfg.target_file_bytes, self.compacted_bytes_per_row(group.partition_values))
         layout = ClusteringLayout.build(
             sketches, config.table.clustering_columns, curve=cfg.curve, target_cells=n_out,
             k=config.sketches.boundaries, weights=cfg.weights(), column_types=config.table.clustering_types(),
@@ -135,8 +134,7 @@ class GroupRewriter:
                            file_prefix=f"g{group.generation:02d}-{run_id}-l{fingerprint}",
                            storage=self.table.storage_for_tasks(), stats_columns=inputs.stats_columns,
                            row_tracking=inputs.row_tracking, task_memory_bytes=cfg.task_memory_bytes,
-                           spill_dir=cfg.spill_dir,
-                           target_rows=group.target_rows(cfg.target_file_bytes, per_row))  # fmt: skip
+                           spill_dir=cfg.spill_dir)  # fmt: skip
         try:
             if self.stop.cancelled.is_set():  # the stop timeout passed while the group was planned
                 raise Stopped

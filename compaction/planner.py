@@ -85,23 +85,12 @@ class Group:
         that much smaller than the target. Without ``bytes_per_row`` (no file compacted yet, or no
         row counts), the input's bytes. Never more than the input's bytes (a merge of compacted
         runs makes as many files as their bytes, none smaller than its inputs'), nor less than half."""
-        return max(1, math.floor(self.expected_bytes(bytes_per_row) / target_file_bytes + 0.5))
-
-    def expected_bytes(self, bytes_per_row: float | None = None) -> float:
-        """The bytes the group's output is expected to take (see :meth:`expected_files`)."""
         estimate = float(self.bytes)
         if bytes_per_row and all(f.rows > 0 for f in self.files):
             # At least half the input: a figure learned on other rows (another partition, columns
             # added since) makes files at most twice the target.
             estimate = max(min(estimate, self.rows * bytes_per_row), estimate / 2)
-        return estimate
-
-    def target_rows(self, target_file_bytes: int, bytes_per_row: float | None = None) -> float | None:
-        """The rows of an output file of ``target_file_bytes`` at the bytes per row expected (None:
-        the files carry no row counts)."""
-        if self.rows <= 0 or not all(f.rows > 0 for f in self.files):
-            return None
-        return self.rows * target_file_bytes / max(self.expected_bytes(bytes_per_row), 1.0)
+        return max(1, math.floor(estimate / target_file_bytes + 0.5))
 
 
 @dataclass

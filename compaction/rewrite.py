@@ -27,11 +27,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakecluster import delta_txn
-from lakecluster.clustering import ClusteringLayout, file_plan
+from lakecluster.clustering import ClusteringLayout
 from lakecluster.compaction.planner import Group
 from lakecluster.config import StorageConfig
 from lakecluster.curves import key_array
 from lakecluster.errors import UnsupportedTableError
+from lakecluster.file_plan import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.schema import ColumnSpec
 from lakecluster.storage import filesystem
@@ -65,9 +66,6 @@ class RewriteSpec:
     # spills the rest ("": Spark's local directory, else the system's temporary one).
     task_memory_bytes: int = 512 << 20
     spill_dir: str = ""
-    # The rows an output file holds (compaction.target_file_bytes at the bytes per row expected);
-    # None: the group's rows over target_files.
-    target_rows: float | None = None
 
     @classmethod
     def for_columns(cls, table_uri: str, columns: Sequence[ColumnSpec], partition_by: Sequence[str],
@@ -204,7 +202,7 @@ def rewrite(spark: SparkSession, group: Group, spec: RewriteSpec) -> list[Writte
             return []
         # Files from the rows actually read: files of other writers may carry no stats (no row
         # count), and sizing by a count of 0 would make a file per row.
-        plan, plan_pieces = file_plan([c for _, c in counts], spec.target_files, step=spec.target_rows)
+        plan, plan_pieces = file_plan([c for _, c in counts], spec.target_files)
         file_of_cell = plan.tolist()
         file_pieces = dict(enumerate(plan_pieces))
         mapping = spark.createDataFrame(

@@ -36,12 +36,12 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics
-from lakecluster.clustering import file_plan
 from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
 from lakecluster.compaction.runs import MAX_SAMPLES, RunPlan, as_rows, plan_runs
 from lakecluster.compaction.spill import BlobStore, spill_directory
 from lakecluster.curves import argsort_keys
+from lakecluster.file_plan import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.storage import filesystem
 from lakecluster.table.file_rows import live_batches
@@ -297,7 +297,7 @@ def rewrite_in_tasks(spark: SparkSession, group: Group, spec: RewriteSpec) -> li
     cells, counts = _merge_counts(counted)
     if len(cells) == 0:
         return []
-    file_of_cell, plan_pieces = file_plan(counts, spec.target_files, step=spec.target_rows)
+    file_of_cell, plan_pieces = file_plan(counts, spec.target_files)
     file_pieces = dict(enumerate(plan_pieces))
     files = len(plan_pieces)
     sampled = [c for c in counted if len(c.samples)]

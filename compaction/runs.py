@@ -1,6 +1,6 @@
 """Runs: ranges of the sort key small enough for a task to sort in memory, each within one output file.
 
-A rewrite in Spark tasks cuts the curve into output files along cells (``clustering.file_plan``).
+A rewrite in Spark tasks cuts the curve into output files along cells (``lakecluster.file_plan``).
 A file can hold far more rows than a task may hold decoded (a 1 GiB file is several GiB of Arrow
 columns), so each file's key range is cut further into runs of about ``run_bytes`` decoded: the
 reducer writing the file sorts one run at a time and writes it, in key order, to the file.

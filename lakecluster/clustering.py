@@ -20,7 +20,6 @@ Everything is vectorised over Arrow batches.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -377,98 +376,6 @@ def even_cuts(mass: np.ndarray, levels: int) -> np.ndarray:
         end = int(back[group, end])
         cuts.append(end)
     return np.asarray(sorted(cuts), dtype=np.int64)
-
-
-# How far a planned output file may be from the rows of a target file: the files the plan makes
-# hold 0.9-1.1 x the target's rows (one remainder excepted), leaving room for how differently
-# their rows compress within 0.85-1.15 x the target's bytes.
-FILE_TOLERANCE = 0.1
-
-
-def _even_pieces(rows: int, step: float, tolerance: float, files_after: float | None = None) -> int | None:
-    """The number of equal pieces ``rows`` splits into, each within ``tolerance`` of ``step``, or
-    None when no number does. Of several, the one nearest ``files_after`` (the files the rows
-    before and these should make, in steps) when given, else the one whose pieces are nearest ``step``."""
-    fewest, most = max(1, int(np.ceil(rows / (step * (1 + tolerance))))), int(rows // (step * (1 - tolerance)))
-    if fewest > most:
-        return None
-    if files_after is not None:
-        return min(max(round(files_after), fewest), most)
-    return min(range(fewest, most + 1), key=lambda k: abs(rows / k - step))
-
-
-def _equal(rows: int, k: int) -> tuple[int, ...]:
-    return tuple(int(b - a) for a, b in itertools.pairwise((rows * i) // k for i in range(k + 1)))
-
-
-def file_plan(cell_rows: Sequence[int] | np.ndarray, target_files: int, *, step: float | None = None,
-              tolerance: float = FILE_TOLERANCE) -> tuple[np.ndarray, list[tuple[int, ...]]]:  # fmt: skip
-    """(run of each cell, the rows of each output file each run is written as), for cells given in
-    curve order. A run is a sequence of whole cells; its files cut it in key order.
-
-    Every file holds ``step`` rows within ``tolerance`` (default: the rows over ``target_files``),
-    but the one that holds the group's remainder. Along the curve, a run ends at the cell
-    boundary within the tolerance nearest where the n-th file should end (n x ``step``, so that
-    files of 0.9 x do not add up to many files too many): where cells are no larger than a file, every
-    file holds whole cells (a cut inside a cell costs every query on that cell a second file).
-    Where no boundary lies within it (a cell larger than a file, or cells of about a file each),
-    the run goes on to the first boundary where its rows split into equal files within the
-    tolerance, and is written as those files. The rows left at the end are merged into the run
-    before them when that keeps its files within the tolerance; else they make the remainder file.
-    """
-    rows = np.asarray(cell_rows, dtype=np.int64)
-    if len(rows) == 0:
-        return np.zeros(0, dtype=np.int64), []
-    ends = np.cumsum(rows)
-    total = int(ends[-1])
-    step = max(1.0, float(step) if step is not None else total / max(1, min(int(target_files), total)))
-    low, high = (1 - tolerance) * step, (1 + tolerance) * step
-    last_cells: list[int] = []  # the last cell of each run
-    pieces: list[tuple[int, ...]] = []
-    cell, done, made = 0, 0, 0  # the run's first cell, the rows before it, the files before it
-
-    def merged_with_last(left: int) -> bool:
-        """The rows left at the end joined to the run before them, when its files stay within."""
-        if not pieces:
-            return False
-        before = made - len(pieces[-1])
-        k = _even_pieces(sum(pieces[-1]) + left, step, tolerance, total / step - before)
-        if k is None:
-            return False
-        pieces[-1], last_cells[-1] = _equal(sum(pieces[-1]) + left, k), len(rows) - 1
-        return True
-
-    while cell < len(rows):
-        left = total - done
-        if left < low and pieces:  # the remainder: into the run before it, or a file of its own
-            if not merged_with_last(left):
-                pieces.append((left,))
-                last_cells.append(len(rows) - 1)
-            break
-        first = max(cell, int(np.searchsorted(ends, done + low, side="left")))
-        last = int(np.searchsorted(ends, done + high, side="right")) - 1
-        if first <= last:  # a boundary within the tolerance: the one nearest the files' grid
-            aim = min(max((made + 1) * step, done + low), done + high)
-            end = first + int(np.argmin(np.abs(ends[first : last + 1] - aim)))
-            run: tuple[int, ...] = (int(ends[end]) - done,)
-        else:
-            end, run = len(rows) - 1, ()
-            for j in range(min(first, len(rows) - 1), len(rows)):
-                k = _even_pieces(int(ends[j]) - done, step, tolerance, int(ends[j]) / step - made)
-                if k is not None:
-                    end, run = j, _equal(int(ends[j]) - done, k)
-                    break
-            if not run and merged_with_last(left):  # the rest cannot be cut evenly, with the run before it it can
-                break
-            if not run:  # files of `step` rows, then the remainder
-                size = round(step)
-                full = left // size
-                run = (*[size] * full, left - full * size) if left > full * size else (size,) * full
-        last_cells.append(end)
-        pieces.append(run)
-        done, cell, made = int(ends[end]), end + 1, made + len(run)
-    file_of_cell = np.searchsorted(np.asarray(last_cells, dtype=np.int64), np.arange(len(rows)), side="left")
-    return file_of_cell.astype(np.int64), pieces
 
 
 def clustering_depth(actions: pa.Table, paths: Sequence[str] | None, sketches: BoundarySketches, column: str,

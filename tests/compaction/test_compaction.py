@@ -243,9 +243,9 @@ def test_the_local_the_in_task_and_the_spark_rewrite_lay_out_the_same_files(spar
 def test_the_in_task_rewrite_ships_a_record_per_run_and_batch_of_rows_not_per_input_file(  # type: ignore[no-untyped-def]
     spark, filled, tmp_path: Path
 ) -> None:
-    from lakecluster.clustering import file_plan
     from lakecluster.compaction import rewrite_tasks
     from lakecluster.compaction.runs import plan_runs
+    from lakecluster.file_plan import file_plan
 
     table = tmp_path / "t"
     config, _, group, layout = _first_group_and_layout(spark, filled, table, per_batch=1_000)

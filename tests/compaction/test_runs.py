@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lakecluster.clustering import file_plan
 from lakecluster.compaction import rewrite_tasks
 from lakecluster.compaction.runs import as_rows, plan_runs
 from lakecluster.compaction.spill import BlobStore
+from lakecluster.file_plan import file_plan
 
 
 def _keys(rng: np.random.Generator, cell_rows: np.ndarray, fine_width: int = 2) -> np.ndarray:

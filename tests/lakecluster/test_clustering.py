@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from lakecluster.clustering import ClusteringLayout, choose_levels, even_cuts, file_plan, layout_fingerprint, level_cost
+from lakecluster.clustering import ClusteringLayout, choose_levels, even_cuts, layout_fingerprint, level_cost
+from lakecluster.file_plan import file_plan
 from lakecluster.sketches import BoundarySketches, ColumnSketch
 from tests.file_names import file_run
 
@@ -67,53 +68,48 @@ def test_weights_shift_resolution_to_the_favoured_column() -> None:
     assert weighted[0] > even[0] and weighted[1] < even[1]
 
 
-def _files(cell_rows: list[int], target_files: int, step: float | None = None) -> tuple[list[int], list[tuple]]:
-    file_of_cell, pieces = file_plan(cell_rows, target_files, step=step)
-    return file_of_cell.tolist(), pieces
+def _files(cell_rows: list[int], target_files: int) -> tuple[list[int], list[int]]:
+    """(run of each cell, files of each run)."""
+    file_of_cell, pieces = file_plan(cell_rows, target_files)
+    return file_of_cell.tolist(), [len(p) for p in pieces]
 
 
 def test_cells_become_files_and_small_cells_are_merged_along_the_curve() -> None:
-    assert _files([100, 100, 100], 3) == ([0, 1, 2], [(100,), (100,), (100,)])
-    assert _files([50, 50, 30, 70, 100], 3) == ([0, 0, 1, 1, 2], [(100,), (100,), (100,)])
-    assert _files([10, 500, 10], 5) == ([0, 0, 0], [(104,) * 5])  # a heavy cell: files of a target each
+    assert _files([100, 100, 100], 3) == ([0, 1, 2], [1, 1, 1])
+    assert _files([30, 30, 30, 100, 20], 2) == ([0, 0, 0, 1, 1], [1, 1])
+    assert _files([10, 500, 10], 5) == ([0, 0, 0], [5])  # a heavy cell: pieces, not a sliver of its own
 
 
-def test_files_hold_the_targets_rows_within_the_tolerance_but_one_remainder() -> None:
-    # Cells of 0.6 files each: no boundary lies within 10 % of a file, so runs of cells go on
-    # until their rows split into equal files within it (three files, not five, nor a sliver).
-    assert _files([60] * 5, 3) == ([0, 0, 0, 0, 0], [(100, 100, 100)])
+def test_a_group_never_becomes_more_files_than_asked() -> None:
+    # Cells of 0.6 files each: each was a file of its own (five files for three), and cells of
+    # uneven sizes (round cuts, skew) each added a small file.
+    assert _files([60] * 5, 3) == ([0, 0, 1, 2, 2], [1, 1, 1])
     rng = np.random.default_rng(1)
-    for _ in range(500):
-        rows = rng.integers(1, 400, int(rng.integers(1, 60)))
+    for _ in range(300):
+        rows = rng.integers(1, 400, int(rng.integers(1, 60))).tolist()
         files = int(rng.integers(1, 40))
-        step = float(rng.uniform(0.5, 3.0) * rows.sum() / files) if rng.random() < 0.5 else None
-        file_of_cell, pieces = file_plan(rows, files, step=step)
-        target = max(1.0, step or rows.sum() / min(files, rows.sum()))
-        sizes = [r for run in pieces for r in run]
-        assert sum(sizes) == rows.sum() and min(sizes) > 0
-        assert sum(not 0.9 * target - 1 <= r <= 1.1 * target + 1 for r in sizes) <= 1, (rows.tolist(), files, step)
+        file_of_cell, runs = file_plan(rows, files)
+        pieces = np.array([len(p) for p in runs])
+        assert int(pieces.sum()) <= files
+        assert np.bincount(file_of_cell, weights=rows).astype(int).tolist() == [sum(p) for p in runs]
+        assert all(max(p) - min(p) <= 1 for p in runs), "a run's files hold equal rows"
         assert (np.diff(file_of_cell) >= 0).all() and (np.diff(file_of_cell) <= 1).all() and file_of_cell[0] == 0
-        assert np.bincount(file_of_cell, weights=rows).astype(int).tolist() == [sum(run) for run in pieces]
-        # Files of 0.9 x at most, and the remainder (one file per cell of 0.6 x made 21 % more
-        # files than asked on SSB, 364 for 300).
-        assert len(sizes) <= rows.sum() / (0.9 * target) + 1
+        assert len(pieces) == file_of_cell[-1] + 1 and (pieces >= 1).all()
 
 
-def test_runs_end_at_the_cell_boundary_nearest_a_file_within_the_tolerance() -> None:
-    # 4 files of 100 rows: boundaries at 95, 205 and 310 each lie within 10 rows of a file's
-    # end: every file holds whole cells. With 130-row cells none does: 2 x 130 rows become 3
-    # files... of 86.7 (out of tolerance), so 3 x 130 = 390 becomes 4 files of 97 or 98.
-    assert _files([95, 110, 105, 90], 4) == ([0, 1, 2, 3], [(95,), (110,), (105,), (90,)])
-    assert _files([130, 130, 130], 4, step=100.0) == ([0, 0, 0], [(97, 98, 97, 98)])
+def test_cuts_move_to_cell_boundaries_within_half_a_file() -> None:
+    # 4 files of 100 rows; the cells' boundaries lie 20 rows from two of the equal cuts: those
+    # files hold whole cells. The cut at 300 has no boundary within 50 rows: the last two cells
+    # are one run written as two pieces.
+    file_of_cell, pieces = file_plan([80, 140, 160, 20], 4)
+    assert file_of_cell.tolist() == [0, 1, 2, 2] and pieces == [(80,), (140,), (90, 90)]
 
 
-def test_the_remainder_joins_the_run_before_it_when_its_files_stay_within_the_tolerance() -> None:
-    assert _files([100, 100, 5], 2, step=100.0) == ([0, 1, 1], [(100,), (105,)])
-    # 130 rows make neither one file (1.3 x) nor two (0.65 x) within it: the 30 rows are the remainder.
-    assert _files([100, 100, 30], 2, step=100.0) == ([0, 1, 2], [(100,), (100,), (30,)])
-    # With no boundary near a file at the end, the rest joins the run before it when together
-    # they split into equal files: three files of 101-102 rows, not 95, 95 and 115.
-    assert _files([30, 30, 30, 100, 20, 95], 3) == ([0] * 6, [(101, 102, 102)])
+def test_cuts_leave_no_sliver_between_them() -> None:
+    # Boundaries at 149 and 151: the cuts at 100 and 200 would move to them and leave a file of
+    # two rows; the second is dropped (two files, not three with a sliver).
+    file_of_cell, pieces = file_plan([149, 2, 149], 3)
+    assert sum(map(len, pieces)) == 2 and min(np.bincount(file_of_cell, weights=[149, 2, 149])) >= 75
 
 
 def test_run_and_generation_are_read_from_file_names() -> None:
