@@ -139,7 +139,7 @@ def rewrite(method: str, path: Path, target: int, in_bytes: int, columns: list[s
 
     cfg = path.parent / "lakecluster.toml"
     # One group of the whole table; the index sync that follows a commit is not part of the rewrite.
-    text = compactor_config(path, SSB_FULL_COLUMNS, columns, target, 2 * in_bytes)
+    text = compactor_config(path, SSB_FULL_COLUMNS, columns, target, max(2 * in_bytes, target))
     cfg.write_text(text + "[index]\nenabled = false\n")
     compactor = Compactor(load_config(cfg, environ={}), spark=spark)
     started = time.perf_counter()
