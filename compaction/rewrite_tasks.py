@@ -40,7 +40,7 @@ from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
 from lakecluster.compaction.runs import MAX_SAMPLES, RunPlan, as_rows, plan_runs
 from lakecluster.compaction.spill import BlobStore, spill_directory
-from lakecluster.curves import argsort_keys
+from lakecluster.curves import argsort_keys, key_array
 from lakecluster.file_plan import file_plan
 from lakecluster.parquet_files import FileWriter, WrittenFile, data_file_path
 from lakecluster.storage import filesystem
@@ -63,7 +63,7 @@ _Record = tuple[int, tuple[int, int, int, int, bytes]]  # (run, (slice, batch, r
 def _cells(spec: RewriteSpec, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(cell as fixed-width bytes, full sort key rows) of every row."""
     cell, key = spec.layout.keys(spec.key_input(table))
-    return np.ascontiguousarray(cell).view(f"S{max(cell.shape[1], 1)}").ravel(), key
+    return as_rows(cell), key
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,8 @@ def _split_task(spec: RewriteSpec, runs: RunPlan, slice_no: int, inputs: Sequenc
     scanned = live_batches(fs, root, inputs, spec.schema, batch_rows=BATCH_ROWS, row_tracking=spec.row_tracking)
     for batch_no, table in enumerate(_batches(scanned, BATCH_ROWS)):
         _, key = _cells(spec, table)
-        for run, part in _parted(table.append_column(_KEY, _key_column(key)), runs.run_of(as_rows(key))):
+        for run, part in _parted(table.append_column(_KEY, key_array(key)), runs.run_of(as_rows(key))):
             yield run, (slice_no, batch_no, part.num_rows, part.nbytes, _ipc(part))
-
-
-def _key_column(key: np.ndarray) -> pa.FixedSizeBinaryArray:
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(key.shape[1]), len(key),
-                                                [None, pa.py_buffer(np.ascontiguousarray(key))])  # fmt: skip
 
 
 def _parted(table: pa.Table, part: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
@@ -177,7 +172,8 @@ def _sorted_parts(store: BlobStore, run: int, budget: int, spill_dir: str,
     sequence, each of about ``budget`` decoded bytes at most: a run over the budget is cut again by
     quantiles of its own keys into runs spilled to disk, which are sorted one by one."""
     entries = store.entries(run)
-    if sum(e.nbytes for e in entries) <= budget or len(entries) <= 1 or depth >= MAX_SPLITS:
+    total = sum(e.nbytes for e in entries)
+    if total <= budget or len(entries) <= 1 or depth >= MAX_SPLITS:
         tables = [_decode(blob) for _, blob in store.blobs(run)]
         store.drop(run)
         table = pa.concat_tables(tables) if tables else None
@@ -198,7 +194,7 @@ def _sorted_parts(store: BlobStore, run: int, budget: int, spill_dir: str,
         store.drop(run)
         return
     keys = np.sort(np.concatenate(sample))
-    parts = max(2, -(-sum(e.nbytes for e in entries) * 2 // budget))
+    parts = max(2, -(-total * 2 // budget))
     cuts = np.unique(keys[(np.arange(1, parts) * len(keys)) // parts])
     with BlobStore(spill_dir, 0) as inner:
         for entry, blob in store.blobs(run):
@@ -225,16 +221,15 @@ def _write_task(spec: RewriteSpec, runs: RunPlan, file_pieces: dict[int, tuple[i
     with BlobStore(spill_dir, spec.task_memory_bytes // 4) as store:
         for run, (slice_no, batch_no, rows, nbytes, blob) in records:
             store.add(run, (slice_no, batch_no), rows, nbytes, blob)
-        present = store.runs()
-        for fid in sorted({int(runs.file_of_run[r]) for r in present}):
+        # Runs in key order, so a file's runs follow one another.
+        for fid, mine in itertools.groupby(store.runs(), key=lambda r: int(runs.file_of_run[r])):
 
             def piece_writer(piece: int, schema: pa.Schema, fid: int = fid) -> FileWriter:
                 name = f"part-{spec.file_prefix}-{token}-c{fid:05d}-{piece:03d}.snappy.parquet"
                 return FileWriter(fs, root, data_file_path(spec.partition_by, partition, name), schema,
                                   spec.logged_partition(partition), spec.stats_columns)  # fmt: skip
 
-            mine = [r for r in present if runs.file_of_run[r] == fid]
-            yield from _write_file(spec, store, mine, file_pieces[fid], piece_writer, spill_dir)
+            yield from _write_file(spec, store, list(mine), file_pieces[fid], piece_writer, spill_dir)
         yield {"spilled_bytes": store.spilled_bytes}
 
 
@@ -303,9 +298,7 @@ def rewrite_in_tasks(spark: SparkSession, group: Group, spec: RewriteSpec) -> li
     sampled = [c for c in counted if len(c.samples)]
     samples = np.concatenate([c.samples for c in sampled])
     per_row = sum(c.sample_bytes for c in counted) / max(1, sum(c.sample_rows for c in counted))
-    runs = plan_runs(cells, counts, file_of_cell, samples, cell_width=cells.dtype.itemsize,
-                     width=samples.dtype.itemsize, bytes_per_row=per_row,
-                     run_bytes=spec.task_memory_bytes // 4)  # fmt: skip
+    runs = plan_runs(cells, counts, file_of_cell, samples, bytes_per_row=per_row, run_bytes=spec.task_memory_bytes // 4)
     # Contiguous files per reducer, about REDUCER_BYTES of input each, and at least one per core.
     reducers = max(1, min(files, max(2 * sc.defaultParallelism, -(-group.bytes // REDUCER_BYTES))))
     file_of_run = runs.file_of_run

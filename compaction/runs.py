@@ -28,12 +28,11 @@ def as_rows(matrix: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(matrix).view(f"S{width}").ravel()
 
 
-def _padded(cells: np.ndarray, cell_width: int, width: int) -> np.ndarray:
+def _padded(cells: np.ndarray, width: int) -> np.ndarray:
     """Each cell's least full key: its bytes, then zeros up to ``width``."""
-    out = np.zeros((len(cells), max(width, 1)), dtype=np.uint8)
-    if cell_width:
-        out[:, :cell_width] = np.frombuffer(cells.tobytes(), dtype=np.uint8).reshape(len(cells), -1)[:, :cell_width]
-    return out.view(f"S{max(width, 1)}").ravel()
+    out = np.zeros((len(cells), width), dtype=np.uint8)
+    out[:, : cells.dtype.itemsize] = np.frombuffer(cells.tobytes(), dtype=np.uint8).reshape(len(cells), -1)
+    return out.view(f"S{width}").ravel()
 
 
 @dataclass(frozen=True)
@@ -56,22 +55,23 @@ class RunPlan:
 
 
 def plan_runs(cells: np.ndarray, counts: np.ndarray, file_of_cell: np.ndarray, samples: np.ndarray,
-              cell_width: int, width: int, bytes_per_row: float, run_bytes: int) -> RunPlan:  # fmt: skip
+              bytes_per_row: float, run_bytes: int) -> RunPlan:  # fmt: skip
     """Cut each file (a run of cells, ``file_of_cell``) into runs of about ``run_bytes`` decoded.
 
     Args:
-        cells: the distinct cells in curve order (fixed-width byte strings of ``cell_width`` bytes).
+        cells: the distinct cells in curve order (fixed-width byte strings: a full key's first bytes).
         counts: the rows of each cell.
         file_of_cell: the output file of each cell (non-decreasing).
-        samples: sampled full sort keys (``width`` bytes each), any order.
+        samples: sampled full sort keys (fixed-width byte strings, :func:`as_rows`), any order.
         bytes_per_row: decoded bytes a row takes (an estimate).
         run_bytes: the decoded bytes a run should hold at most.
     """
-    starts = _padded(cells, cell_width, width)  # each cell's least key
+    width = samples.dtype.itemsize
+    starts = _padded(cells, width)  # each cell's least key
     ends = np.cumsum(counts)
     first = ends - counts  # rows before each cell
     samples = np.sort(samples)
-    # The samples of cell c are samples[lo[c]:hi[c]] (a key's cell is its first cell_width bytes).
+    # The samples of cell c are samples[lo[c]:hi[c]] (a key's cell is its first bytes).
     lo = np.searchsorted(samples, starts, side="left")
     hi = np.r_[lo[1:], len(samples)]
     cuts: list[bytes] = []
@@ -101,5 +101,4 @@ def plan_runs(cells: np.ndarray, counts: np.ndarray, file_of_cell: np.ndarray, s
             cuts.append(key)
             floor = key
             file_of_run.append(fid)
-    dtype = f"S{max(width, 1)}"
-    return RunPlan(np.array(cuts, dtype=dtype), np.array(file_of_run, dtype=np.int64))
+    return RunPlan(np.array(cuts, dtype=f"S{width}"), np.array(file_of_run, dtype=np.int64))

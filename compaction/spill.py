@@ -47,7 +47,8 @@ class BlobStore:
         self.directory = directory
         self.memory_limit = memory_limit
         self.held = 0  # bytes of blobs in memory
-        self.spilled_bytes = 0  # bytes written to the spill file
+        self.spilled_bytes = 0  # bytes spilled (to this store's file; a caller may add others')
+        self._end = 0  # the spill file's size: where the next blob goes
         self._runs: dict[int, list[Entry]] = {}
         self._file: object | None = None
         self._fd = -1
@@ -65,11 +66,12 @@ class BlobStore:
             os.makedirs(self.directory, exist_ok=True)
             self._file = tempfile.TemporaryFile(dir=self.directory, prefix="lakecluster-spill-")
             self._fd = self._file.fileno()  # type: ignore[attr-defined]
-        offset = self.spilled_bytes
+        offset = self._end
         view = memoryview(blob)
         while view:
             written = os.pwrite(self._fd, view, offset + len(blob) - len(view))
             view = view[written:]
+        self._end += len(blob)
         self.spilled_bytes += len(blob)
         return offset
 

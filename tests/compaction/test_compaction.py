@@ -255,9 +255,8 @@ def test_the_in_task_rewrite_ships_a_record_per_run_and_batch_of_rows_not_per_in
     counted = rewrite_tasks._count_task(spec, paths)
     cells, counts = rewrite_tasks._merge_counts([counted])
     file_of_cell, _ = file_plan(counts, spec.target_files)
-    runs = plan_runs(cells, counts, file_of_cell, counted.samples, cell_width=cells.dtype.itemsize,
-                     width=counted.samples.dtype.itemsize, bytes_per_row=counted.sample_bytes / counted.sample_rows,
-                     run_bytes=spec.task_memory_bytes // 4)  # fmt: skip
+    runs = plan_runs(cells, counts, file_of_cell, counted.samples,
+                     bytes_per_row=counted.sample_bytes / counted.sample_rows, run_bytes=spec.task_memory_bytes // 4)
     assert runs.runs == len(set(file_of_cell.tolist())), "a run per file: each file's rows fit a task's memory"
     records = list(rewrite_tasks._split_task(spec, runs, 0, paths))
     # Every stream file spans the whole key range, so split file by file each would send a record

@@ -19,6 +19,7 @@ import pytest
 from lakecluster.compaction import rewrite_tasks
 from lakecluster.compaction.runs import as_rows, plan_runs
 from lakecluster.compaction.spill import BlobStore
+from lakecluster.curves import key_array
 from lakecluster.file_plan import file_plan
 
 
@@ -40,7 +41,7 @@ def test_runs_stay_inside_their_file_and_hold_about_the_rows_asked(seed: int) ->
     cells = np.unique(as_rows(keys[:, :2]))
     file_of_cell, _ = file_plan(cell_rows, 8)
     run_rows = 1_000
-    plan = plan_runs(cells, cell_rows, file_of_cell, as_rows(keys[::2]), cell_width=2, width=4,
+    plan = plan_runs(cells, cell_rows, file_of_cell, as_rows(keys[::2]),
                      bytes_per_row=10.0, run_bytes=run_rows * 10)  # fmt: skip
     rows = as_rows(keys)
     run = plan.run_of(rows)
@@ -57,14 +58,14 @@ def test_equal_keys_are_never_parted_and_a_file_of_one_key_is_one_run() -> None:
     rng = np.random.default_rng(1)
     keys = _keys(rng, np.array([5_000, 10, 10]), fine_width=0)  # the first cell: one key throughout
     cells = np.unique(as_rows(keys))
-    plan = plan_runs(cells, np.array([5_000, 10, 10]), np.array([0, 1, 1]), as_rows(keys), cell_width=2, width=2,
+    plan = plan_runs(cells, np.array([5_000, 10, 10]), np.array([0, 1, 1]), as_rows(keys),
                      bytes_per_row=10.0, run_bytes=1_000)  # fmt: skip
     run = plan.run_of(as_rows(keys))
     assert len(set(run[:5_000].tolist())) == 1 and plan.file_of_run.tolist() == [0, 1]
 
 
 def _blob(keys: np.ndarray, values: np.ndarray) -> tuple[int, int, bytes]:
-    table = pa.table({"v": values}).append_column(rewrite_tasks._KEY, rewrite_tasks._key_column(keys))
+    table = pa.table({"v": values}).append_column(rewrite_tasks._KEY, key_array(keys))
     return table.num_rows, table.nbytes, rewrite_tasks._ipc(table)
 
 
