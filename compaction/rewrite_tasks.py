@@ -19,7 +19,9 @@ one by one and nothing is cached:
 
 A reducer holds one run decoded (about a quarter of ``task_memory_bytes``; a run the estimate got
 wrong is cut again by quantiles of its own keys), whatever the target file size and however many
-files it writes; a mapper holds one batch; the driver, counts per cell and a bounded sample of keys.
+files it writes; a mapper holds one batch (an eighth of ``task_memory_bytes`` decoded, copied about
+four times as it is keyed, gathered and encoded); the driver, counts per cell and a bounded sample
+of keys. Tasks allocate from jemalloc (``arrow_memory``), which hands freed pages back.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from lakecluster import metrics
+from lakecluster.arrow_memory import use_returning_pool
 from lakecluster.compaction.planner import Group
 from lakecluster.compaction.rewrite import RewriteSpec
 from lakecluster.compaction.runs import MAX_SAMPLES, RunPlan, as_rows, plan_runs
@@ -48,7 +51,8 @@ from lakecluster.table.file_rows import live_batches
 from lakecluster.table.live_files import DataFile
 
 SLICE_BYTES = 64 << 20  # input bytes a task reads (its files' sizes on storage)
-BATCH_ROWS = 256 * 1024  # rows a mapper keys and splits at a time
+BATCH_ROWS = 256 * 1024  # rows a mapper keys and splits at a time, at most
+MAPPER_SHARE = 8  # a mapper's batch is at most this share of compaction.task_memory_bytes (decoded)
 REDUCER_BYTES = 128 << 20  # input bytes one reducer writes the files of (and at least one reducer per core)
 SIZE_SAMPLE_ROWS = 8192  # whole rows of each slice decoded to estimate a row's decoded bytes
 MAX_SPLITS = 6  # times a run found over its budget is cut again (past that: sorted as it is)
@@ -83,6 +87,7 @@ def _count_task(spec: RewriteSpec, files: Sequence[DataFile], stride: int = 1,
     """The cells and the keys of every ``stride``-th of these files' live rows (read column-pruned;
     at most ``max_samples`` keys: more rows than the files' stats say take a longer stride), and
     the decoded size of a few thousand whole rows."""
+    use_returning_pool()
     fs, root = filesystem(spec.table_uri, spec.storage)
     target = spec.key_schema
     table = pa.Table.from_batches(list(live_batches(fs, root, files, spec.schema, columns=target.names)),
@@ -120,21 +125,29 @@ def _batches(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]
             pending.append(batch)
             count += batch.num_rows
         if count >= rows:
-            yield pa.Table.from_batches(pending).combine_chunks()
-            pending, count = [], 0
+            table, pending, count = pa.Table.from_batches(pending).combine_chunks(), [], 0
+            yield table  # its batches no longer held while it is split
+            del table
     if pending:
         yield pa.Table.from_batches(pending).combine_chunks()
 
 
-def _split_task(spec: RewriteSpec, runs: RunPlan, slice_no: int, inputs: Sequence[DataFile]) -> Iterator[_Record]:
+def _split_task(spec: RewriteSpec, runs: RunPlan, batch_rows: int, slice_no: int,
+                inputs: Sequence[DataFile]) -> Iterator[_Record]:  # fmt: skip
     """Each batch's live rows of each run, with their key: ``(run, (slice, batch, rows, decoded
     bytes, Arrow IPC))``."""
+    use_returning_pool()
     fs, root = filesystem(spec.table_uri, spec.storage)
-    scanned = live_batches(fs, root, inputs, spec.schema, batch_rows=BATCH_ROWS, row_tracking=spec.row_tracking)
-    for batch_no, table in enumerate(_batches(scanned, BATCH_ROWS)):
-        _, key = _cells(spec, table)
-        for run, part in _parted(table.append_column(_KEY, key_array(key)), runs.run_of(as_rows(key))):
-            yield run, (slice_no, batch_no, part.num_rows, part.nbytes, _ipc(part))
+    scanned = live_batches(fs, root, inputs, spec.schema, batch_rows=batch_rows, row_tracking=spec.row_tracking)
+    for batch_no, table in enumerate(_batches(scanned, batch_rows)):
+        yield from _split_batch(spec, runs, slice_no, batch_no, table)
+        del table  # not held while the next batch is read
+
+
+def _split_batch(spec: RewriteSpec, runs: RunPlan, slice_no: int, batch_no: int, table: pa.Table) -> Iterator[_Record]:
+    _, key = _cells(spec, table)
+    for run, part in _parted(table.append_column(_KEY, key_array(key)), runs.run_of(as_rows(key))):
+        yield run, (slice_no, batch_no, part.num_rows, part.nbytes, _ipc(part))
 
 
 def _parted(table: pa.Table, part: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
@@ -216,6 +229,7 @@ def _write_task(spec: RewriteSpec, runs: RunPlan, file_pieces: dict[int, tuple[i
                 records: Iterator[_Record]) -> Iterator[dict]:  # fmt: skip
     """Each output file of this reducer, written run by run in key order (in pieces when it is
     too big), then one record of the bytes it spilled."""
+    use_returning_pool()
     spill_dir = spill_directory(spec.spill_dir)
     fs, root = filesystem(spec.table_uri, spec.storage)
     with BlobStore(spill_dir, spec.task_memory_bytes // 4) as store:
@@ -302,7 +316,9 @@ def rewrite_in_tasks(spark: SparkSession, group: Group, spec: RewriteSpec) -> li
     # Contiguous files per reducer, about REDUCER_BYTES of input each, and at least one per core.
     reducers = max(1, min(files, max(2 * sc.defaultParallelism, -(-group.bytes // REDUCER_BYTES))))
     file_of_run = runs.file_of_run
-    split = functools.partial(_split_task, spec, runs)
+    # A batch is keyed, gathered by run and encoded: about four copies of it at once.
+    batch_rows = int(min(BATCH_ROWS, max(1024, spec.task_memory_bytes // MAPPER_SHARE / max(per_row, 1.0))))
+    split = functools.partial(_split_task, spec, runs, batch_rows)
     write = functools.partial(_write_task, spec, runs, file_pieces, group.partition_values, uuid.uuid4().hex[:16])
     out = (
         inputs.flatMap(lambda s: split(s[0], s[1]))

@@ -4,11 +4,11 @@ timestamps read as micro-seconds, every column cast to the type asked for.
 
 Everything that reads rows out of data files with pyarrow goes through here: the compactor's
 rewrites (in its process and in Spark tasks), the samples of ``tune`` and of the layout's parent
-columns, the sketches built from the table. Files without a deletion vector are scanned together
-as one dataset; a file with one is scanned alone, its batches in file order, so each row's
-position in the file is known and the vector's rows are dropped (``deletion_vectors.live_mask``).
-On a table with row tracking the rewrites read each file alone too: a row's id is its file's
-base row id plus its position, unless the file holds it (:class:`RowTracking`).
+columns, the sketches built from the table. ``live_batches`` reads one file at a time, its batches in file
+order, so each row's position in the file is known: a deletion vector's rows are dropped
+(``deletion_vectors.live_mask``), and on a table with row tracking a row's id is its file's base
+row id plus its position, unless the file holds it (:class:`RowTracking`). ``read_live`` reads
+files without a deletion vector as one threaded dataset scan (small groups, whole).
 """
 
 from __future__ import annotations
@@ -74,42 +74,48 @@ def dataset(fs: Any, root: str, paths: Sequence[str], schema: pa.Schema) -> pds.
 def live_batches(fs: Any, root: str, files: Sequence[FileRef], schema: pa.Schema, *,
                  columns: Sequence[str] | None = None, batch_rows: int = BATCH_ROWS,
                  row_tracking: RowTracking | None = None) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """The live rows of ``files`` in order, as batches of ``schema`` (or of its ``columns``); with
-    ``row_tracking`` (whose columns ``schema`` then has), each row's id and commit version filled in."""
-    start = 0
-    while start < len(files):
-        if files[start].deletion_vector is not None or row_tracking is not None:
-            yield from _one_file(fs, root, files[start], schema, columns, batch_rows, row_tracking)
-            start += 1
-            continue
-        end = start
-        while end < len(files) and files[end].deletion_vector is None:
-            end += 1
-        scanner = dataset(fs, root, [f.path for f in files[start:end]], schema).scanner(
-            columns=list(columns) if columns is not None else None, batch_size=batch_rows, use_threads=False)
-        yield from (b for b in scanner.to_batches() if b.num_rows)
-        start = end
+    """The live rows of ``files`` in order, as batches of ``schema`` (or of its ``columns``) of at
+    most ``batch_rows`` rows; with ``row_tracking`` (whose columns ``schema`` then has), each row's
+    id and commit version filled in.
+
+    Each file is read alone, a batch of pages at a time (``ParquetFile.iter_batches``): a dataset
+    scan decodes whole row groups ahead of its batches, and on SSB's wide rows held 500 MiB more
+    than the batches it gave (``docs/operations.md``, "Sizing")."""
+    target = schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    for file in files:
+        yield from _one_file(fs, root, file, target, batch_rows, row_tracking)
 
 
-def _one_file(fs: Any, root: str, file: FileRef, schema: pa.Schema, columns: Sequence[str] | None,
-              batch_rows: int, row_tracking: RowTracking | None) -> Iterator[pa.RecordBatch]:  # fmt: skip
+def _one_file(fs: Any, root: str, file: FileRef, schema: pa.Schema, batch_rows: int,
+              row_tracking: RowTracking | None) -> Iterator[pa.RecordBatch]:  # fmt: skip
     deleted = file.deletion_vector.rows(fs, root) if file.deletion_vector is not None else None
-    scanner = dataset(fs, root, [file.path], schema).scanner(
-        columns=list(columns) if columns is not None else None, batch_size=batch_rows, use_threads=False)
     position = 0
-    # Without threads a one-file scan yields its batches in file order: positions count up.
-    for batch in scanner.to_batches():
-        n = batch.num_rows
-        if not n:
-            continue
-        if row_tracking is not None:
-            batch = _tracked(batch, file, row_tracking, position)
-        keep = live_mask(deleted, position, n) if deleted is not None else None
-        position += n
-        if keep is None or keep.all():
-            yield batch
-        elif keep.any():
-            yield batch.filter(pa.array(keep))
+    with fs.open_input_file(data_file(root, file.path)) as source:
+        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        names = set(parquet.schema_arrow.names)
+        present = [f.name for f in schema if f.name in names]
+        # Batches come in file order: positions count up.
+        for batch in parquet.iter_batches(batch_size=max(batch_rows, 1), columns=present, use_threads=False):
+            n = batch.num_rows
+            if not n:
+                continue
+            batch = _conformed(batch, schema, names)
+            if row_tracking is not None:
+                batch = _tracked(batch, file, row_tracking, position)
+            keep = live_mask(deleted, position, n) if deleted is not None else None
+            position += n
+            if keep is None or keep.all():
+                yield batch
+            elif keep.any():
+                yield batch.filter(pa.array(keep))
+
+
+def _conformed(batch: pa.RecordBatch, schema: pa.Schema, present: set[str]) -> pa.RecordBatch:
+    """``batch`` as ``schema``: its columns cast to the types asked for, a column the file lacks
+    (written before the column was added) null."""
+    columns = [batch.column(f.name) if f.name in present else pa.nulls(batch.num_rows, f.type) for f in schema]
+    cast = [c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(cast, schema=schema)
 
 
 def _tracked(batch: pa.RecordBatch, file: FileRef, tracking: RowTracking, position: int) -> pa.RecordBatch:

@@ -258,7 +258,7 @@ def test_the_in_task_rewrite_ships_a_record_per_run_and_batch_of_rows_not_per_in
     runs = plan_runs(cells, counts, file_of_cell, counted.samples,
                      bytes_per_row=counted.sample_bytes / counted.sample_rows, run_bytes=spec.task_memory_bytes // 4)
     assert runs.runs == len(set(file_of_cell.tolist())), "a run per file: each file's rows fit a task's memory"
-    records = list(rewrite_tasks._split_task(spec, runs, 0, paths))
+    records = list(rewrite_tasks._split_task(spec, runs, rewrite_tasks.BATCH_ROWS, 0, paths))
     # Every stream file spans the whole key range, so split file by file each would send a record
     # to nearly every output file; gathered into batches of BATCH_ROWS (all 9,000 rows here), one
     # record per run.

@@ -55,3 +55,30 @@ def test_the_live_rows_of_files_with_and_without_vectors_in_their_order(tmp_path
     assert head["n"].to_pylist() == [n for n in range(1002, 1306) if n not in (1299, 1300, 1301)][:300]
     assert file_head(fs, root, files[1], 5000, schema).num_rows == 994
     assert file_head(fs, root, files[0], 0, schema).num_rows == 0
+
+
+_READ_ONE_BATCH = """
+import sys
+import pyarrow as pa, pyarrow.fs as pafs, pyarrow.parquet as pq
+from lakecluster.table.file_rows import LiveFile, live_batches
+schema = pq.read_schema(sys.argv[1] + "/wide.parquet")
+batch = next(live_batches(pafs.LocalFileSystem(), sys.argv[1], [LiveFile("wide.parquet")], schema, batch_rows=1000))
+print(batch.num_rows, pa.default_memory_pool().max_memory())
+"""
+
+
+def test_a_batch_of_a_large_row_group_is_read_without_decoding_the_row_group(tmp_path: Path) -> None:
+    """A rewrite task reads a slice a batch at a time: the Arrow memory it takes follows the batch,
+    not the row group (a dataset scan decoded whole row groups ahead, 500 MiB on SSB's rows)."""
+    import subprocess
+    import sys
+
+    n = 300_000
+    text = pc.utf8_lpad(pc.cast(pa.array(np.arange(n)), pa.string()), 100, "x")
+    wide = pa.table({"n": pa.array(np.arange(n)), "text": text})
+    pq.write_table(wide, tmp_path / "wide.parquet", row_group_size=n)  # one row group, 30 MB decoded
+    out = subprocess.run([sys.executable, "-c", _READ_ONE_BATCH, str(tmp_path)], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    rows, peak = map(int, out.stdout.split())
+    assert rows == 1000
+    assert peak < wide.nbytes / 2, f"reading 1,000 rows took {peak:,} bytes of a {wide.nbytes:,}-byte row group"
