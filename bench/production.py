@@ -114,7 +114,7 @@ def copy_table(source: Path, target: Path) -> None:
 # -- 2. the methods ------------------------------------------------------------------------------
 
 
-def rewrite(method: str, path: Path, target: int, in_bytes: int, columns: list[str]) -> dict:
+def rewrite(method: str, path: Path, target: int, in_bytes: int, columns: list[str], task_memory_mib: int = 0) -> dict:
     """One method on the copy at ``path``; seconds from the first read to the committed version."""
     if method == "delta-rs z_order":
         from deltalake import DeltaTable
@@ -141,7 +141,8 @@ def rewrite(method: str, path: Path, target: int, in_bytes: int, columns: list[s
     # One group of the whole table; the index sync that follows a commit is not part of the rewrite.
     text = compactor_config(path, SSB_FULL_COLUMNS, columns, target, max(2 * in_bytes, target))
     cfg.write_text(text + "[index]\nenabled = false\n")
-    compactor = Compactor(load_config(cfg, environ={}), spark=spark)
+    budget = {"compaction.task_memory_bytes": str(task_memory_mib << 20)} if task_memory_mib else {}
+    compactor = Compactor(load_config(cfg, environ={}, overrides=budget), spark=spark)
     started = time.perf_counter()
     results = compactor.run_once()
     seconds = time.perf_counter() - started
@@ -331,6 +332,8 @@ def main() -> None:
     p.add_argument("--target-mib", type=int, default=128)
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--columns", default=",".join(COLUMNS), help="the clustering columns, comma-separated")
+    p.add_argument("--task-memory-mib", type=int, default=0,
+                   help="lakecluster's compaction.task_memory_bytes in MiB (default: the configuration's default)")
     p.add_argument("--cap-mib", type=float, default=16_384,
                    help="delta-rs's process tree is stopped above this RSS (MiB); its run is reported as failed")
     p.add_argument("--work", help="directory for the tables (default: a temporary one)")
@@ -342,7 +345,7 @@ def main() -> None:
         if kind == "build":
             answer = build(Path(rest[0]), float(rest[1]), int(rest[2]), rest[3].split(","))
         elif kind == "rewrite":
-            answer = rewrite(rest[0], Path(rest[1]), int(rest[2]), int(rest[3]), rest[4].split(","))
+            answer = rewrite(rest[0], Path(rest[1]), int(rest[2]), int(rest[3]), rest[4].split(","), int(rest[5]))
         else:
             answer = {**queries(Path(rest[0])), "fingerprint": fingerprint(Path(rest[0]))}
         print(json.dumps(answer))
@@ -351,7 +354,8 @@ def main() -> None:
     command = f"python bench/production.py --scale-factor {args.scale_factor:g}" + (
         f" --fragment-rows {args.fragment_rows}" if args.fragment_rows != 200_000 else "") + (
         f" --target-mib {args.target_mib}" if args.target_mib != 128 else "") + (
-        f" --columns {','.join(columns)}" if columns != COLUMNS else "")  # fmt: skip
+        f" --columns {','.join(columns)}" if columns != COLUMNS else "") + (
+        f" --task-memory-mib {args.task_memory_mib}" if args.task_memory_mib else "")  # fmt: skip
     target = args.target_mib << 20
     with tempfile.TemporaryDirectory(prefix="lc-production-", dir=args.work) as tmp:
         work = Path(tmp)
@@ -370,7 +374,8 @@ def main() -> None:
             copy_table(source, path)
             try:
                 done, peak = child("--step", "rewrite", method, str(path), str(target), str(facts["bytes"]),
-                                   ",".join(columns), cap_mib=args.cap_mib if method == "delta-rs z_order" else None)
+                                   ",".join(columns), str(args.task_memory_mib),
+                                   cap_mib=args.cap_mib if method == "delta-rs z_order" else None)  # fmt: skip
                 measured, _ = child("--step", "queries", str(path))
             except StepFailed as e:  # the others still run; the table says which failed
                 print(e, flush=True)
@@ -392,7 +397,8 @@ def main() -> None:
         return
     heading = "## Production size" + (
         f": {args.target_mib:,} MiB files" if args.target_mib != 128 or columns != COLUMNS else "") + (
-        f" on {', '.join(columns)}" if columns != COLUMNS else "")  # fmt: skip
+        f" on {', '.join(columns)}" if columns != COLUMNS else "") + (
+        f", task memory {args.task_memory_mib} MiB" if args.task_memory_mib else "")  # fmt: skip
     section = render(heading, command, facts, layouts, failed)
     print(section)
     if not args.no_write:
