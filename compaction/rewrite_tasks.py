@@ -10,7 +10,7 @@ one by one and nothing is cached:
    curve (``file_plan``) and cuts each file's key range into runs a task can sort within
    ``compaction.task_memory_bytes`` (``runs.py``);
 2. **shuffle and write**: the same slices are read whole, a batch at a time; each batch's rows are
-   keyed, split by run and shipped as Arrow IPC blobs (zstd-compressed buffers) through Spark's
+   keyed, split by run and shipped as Arrow IPC blobs (each one zstd frame) through Spark's
    shuffle (one record per run per batch); each reducer keeps the blobs it receives in memory up
    to a quarter of ``task_memory_bytes`` and spills the rest to local disk (``spill.py``), then
    writes its files run by run: a run's blobs in input order, sorted by key, written a row group
@@ -57,10 +57,13 @@ REDUCER_BYTES = 128 << 20  # input bytes one reducer writes the files of (and at
 SIZE_SAMPLE_ROWS = 8192  # whole rows of each slice decoded to estimate a row's decoded bytes
 MAX_SPLITS = 6  # times a run found over its budget is cut again (past that: sorted as it is)
 _KEY = "_lc_key"
-# Rows cross the shuffle as Arrow IPC with zstd-compressed buffers: about a third of their decoded
-# size (SSB's rows), compressed as fast as they are copied, so Spark pickles, compresses, writes
-# and reads a third of the bytes (docs/benchmarks.md, "Production size").
-_SHUFFLED = pa.ipc.IpcWriteOptions(compression="zstd")
+# Rows cross the shuffle as an Arrow IPC stream compressed whole with zstd: about a third of their
+# decoded size (SSB's rows), so Spark pickles, compresses, writes and reads a third of the bytes
+# (docs/benchmarks.md, "Production size"). One frame per blob, not IPC's own compression of each
+# buffer: a batch's part of one run is a few hundred rows at production size, and zstd per column
+# buffer took three times as long for the same bytes.
+_CODEC = "zstd"
+_LENGTH = 8  # bytes of the uncompressed stream's length, before the frame
 _Record = tuple[int, tuple[int, int, int, int, bytes]]  # (run, (slice, batch, rows, decoded bytes, blob))
 
 
@@ -161,14 +164,18 @@ def _parted(table: pa.Table, part: np.ndarray) -> Iterator[tuple[int, pa.Table]]
 
 
 def _ipc(table: pa.Table) -> bytes:
+    """``table`` as an Arrow IPC stream compressed as one zstd frame, after its length."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema, options=_SHUFFLED) as writer:
+    with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    stream = sink.getvalue()
+    return stream.size.to_bytes(_LENGTH, "little") + pa.compress(stream, codec=_CODEC, asbytes=True)
 
 
 def _decode(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(blob).read_all()
+    size = int.from_bytes(blob[:_LENGTH], "little")
+    stream = pa.decompress(memoryview(blob)[_LENGTH:], decompressed_size=size, codec=_CODEC)
+    return pa.ipc.open_stream(stream).read_all()
 
 
 def _key_rows(table: pa.Table) -> np.ndarray:

@@ -263,7 +263,7 @@ def test_the_in_task_rewrite_ships_a_record_per_run_and_batch_of_rows_not_per_in
     # to nearly every output file; gathered into batches of BATCH_ROWS (all 9,000 rows here), one
     # record per run.
     assert len(paths) >= 6 and len(records) == runs.runs <= 12
-    shipped = pa.concat_tables(pa.ipc.open_stream(blob).read_all() for _, (_, _, _, _, blob) in records)
+    shipped = pa.concat_tables(rewrite_tasks._decode(blob) for _, (_, _, _, _, blob) in records)
     assert shipped.num_rows == sum(rows for _, (_, _, rows, _, _) in records) == group.rows == 9_000
 
 
