@@ -116,12 +116,12 @@ def profile_compactor(spark: Any, table: Any, files: int, source: Path, work: Pa
                       engine: str) -> tuple[float, dict[str, float]]:  # fmt: skip
     """One compactor round (``engine``: local or spark) and its seconds by phase."""
     from lakecluster.clustering import ClusteringLayout
-    from lakecluster.compaction import loop, rewrite_local
+    from lakecluster.compaction import group_rewrite, loop, rewrite_local
 
     timer = PhaseTimer()
     timer.wrap(loop.Compactor, "plan", "plan the round (Delta log)")
-    timer.wrap(loop.Compactor, "_rewrite", "rewrite")
-    timer.wrap(loop, "commit_rewrite", COMMIT_PHASE)
+    timer.wrap(group_rewrite.GroupRewriter, "_rewrite", "rewrite")
+    timer.wrap(group_rewrite, "commit_rewrite", COMMIT_PHASE)
     timer.wrap(loop.Compactor, "sync_index", "column-stats index sync")
     if engine == "local":
         timer.wrap(rewrite_local, "read_local", "read the group (pyarrow, all columns)")
