@@ -158,25 +158,15 @@ def file_head(fs: Any, root: str, file: FileRef, rows: int, schema: pa.Schema) -
     column the file lacks, written before the column existed, is null), holding no more memory
     than they need. Only the file's first pages are decoded: a dataset scan decodes a whole row
     group first, about ten times slower on SSB's wide files."""
-    deleted = file.deletion_vector.rows(fs, root) if file.deletion_vector is not None else None
     pieces: list[pa.Table] = []
-    taken = position = 0
-    with fs.open_input_file(data_file(root, file.path)) as source:
-        parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
-        present = [f.name for f in schema if f.name in parquet.schema_arrow.names]
-        # Enough rows that a few deleted ones leave ``rows`` live (a heavily deleted file reads on).
-        for batch in parquet.iter_batches(batch_size=max(rows, 1), columns=present) if rows > 0 else ():
-            n = batch.num_rows
-            if deleted is not None:
-                batch = batch.filter(pa.array(live_mask(deleted, position, n)))
-            position += n
-            batch = batch.slice(0, rows - taken)
-            taken += batch.num_rows
-            columns = [batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(batch.num_rows, f.type)
-                       for f in schema]  # fmt: skip
-            pieces.append(_copied(pa.Table.from_arrays(columns, schema=schema)))
-            if taken >= rows:
-                break
+    taken = 0
+    # Batches of ``rows``: enough that a few deleted ones leave ``rows`` live (a heavily deleted file reads on).
+    for batch in _one_file(fs, root, file, schema, rows, None) if rows > 0 else ():
+        batch = batch.slice(0, rows - taken)
+        taken += batch.num_rows
+        pieces.append(_copied(pa.Table.from_batches([batch])))
+        if taken >= rows:
+            break
     return pa.concat_tables(pieces) if pieces else schema.empty_table()
 
 
